@@ -1,0 +1,120 @@
+"""The resolver's public entry point: user values + facts -> ResolvedConfig, or a ConflictError.
+
+Everything the CLI, the matrix generator, the dry-run and the engine need goes through `resolve`,
+so they all agree on what is legal. Plans are compiled once per system and process.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Mapping
+
+from resolver.catalog import load_catalog
+from resolver.errors import EXIT_CONFLICT, AccordError, UsageError
+from resolver.explain import Conflict, find_conflicts
+from resolver.expr import UnknownFact
+from resolver.frozen import ResolvedConfig
+from resolver.report import conflict_message, fix_text, flag_arg
+from resolver.rules import load_rules
+from resolver.solve import Env, Plan
+
+MAX_RELAX_ROUNDS = 8
+
+
+@functools.lru_cache(maxsize=None)
+def plan_for(system: str) -> Plan:
+    """The compiled catalog and rules of a system (loaded once per process)."""
+    return Plan(load_catalog(system), load_rules(system))
+
+
+class ConflictError(AccordError):
+    """No legal configuration: carries every independent minimal conflict, each with fixes."""
+
+    exit_code = EXIT_CONFLICT
+
+    def __init__(self, plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
+                 conflicts: list[Conflict]):
+        self.system = plan.catalog.system
+        self.user = dict(user)
+        self.facts = dict(facts)
+        self.conflicts = conflicts
+        rules = plan.ruleset.by_id()
+        self.messages = [conflict_message(plan.catalog, rules, facts, user, c) for c in conflicts]
+        self.fix_lines = [[fix_text(plan.catalog, f) for f in c.fixes] for c in conflicts]
+        super().__init__(self.text())
+
+    def text(self) -> str:
+        parts = []
+        for i, (message, fixes) in enumerate(zip(self.messages, self.fix_lines), 1):
+            prefix = f"conflict {i} of {len(self.messages)}: " if len(self.messages) > 1 else "conflict: "
+            fix = (" Fix: " + " | ".join(fixes) + ".") if fixes else " No single change fixes it."
+            parts.append(prefix + message + fix)
+        return "\n".join(parts)
+
+    def to_dict(self) -> dict:
+        return {"error": "conflict", "system": self.system, "conflicts": [
+            {"flags": list(c.flags), "rules": list(c.rules), "facts": list(c.facts),
+             "message": message, "fixes": fixes}
+            for c, message, fixes in zip(self.conflicts, self.messages, self.fix_lines)]}
+
+
+def _check_known_flags(plan: Plan, user: Mapping[str, Any]) -> None:
+    unknown = sorted(set(user) - set(plan.catalog.flags))
+    if unknown:
+        raise UsageError(f"unknown {plan.catalog.system} flag name(s) {unknown}; "
+                         f"see `accord flags --system {plan.catalog.system}`.")
+
+
+def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any],
+            sources: Mapping[str, str] | None = None, relax: bool = False,
+            warnings: tuple[str, ...] | list[str] = ()) -> ResolvedConfig:
+    """Resolve a launch. User values are never changed, except by `relax`, which reports each change."""
+    plan = plan_for(system)
+    user = dict(user_values)
+    _check_known_flags(plan, user)
+    sources = dict(sources or {})
+    notes = list(warnings)
+    relaxed: dict[str, dict] = {}
+    for _ in range(MAX_RELAX_ROUNDS):
+        outcome = plan.solve(user, facts)
+        if outcome.satisfiable:
+            break
+        conflicts = find_conflicts(plan, user, facts)
+        if not relax or not all(c.fixes for c in conflicts):
+            raise ConflictError(plan, user, facts, conflicts)
+        for conflict in conflicts:
+            fix = conflict.fixes[0]
+            for name, value in fix.changes:
+                relaxed[name] = {"source": "relax", "rule": fix.rule or conflict.rules[0],
+                                 "was": user.get(name)}
+                notes.append(f"[relax] {flag_arg(plan.catalog, name, value)} instead of "
+                             f"{flag_arg(plan.catalog, name, user[name]) if name in user else 'unset'}"
+                             f" (rule {fix.rule or conflict.rules[0]})")
+            for name in fix.drops:
+                relaxed[name] = {"source": "relax", "rule": conflict.rules[0], "was": user.get(name)}
+                notes.append(f"[relax] dropped {flag_arg(plan.catalog, name, user[name])} "
+                             f"(rule {conflict.rules[0]})")
+            user = fix.apply(user)
+    else:
+        raise ConflictError(plan, user, facts, find_conflicts(plan, user, facts))
+
+    provenance: dict[str, dict] = {}
+    for name in plan.catalog.flags:
+        if name in relaxed:
+            provenance[name] = relaxed[name]
+        elif name in user:
+            provenance[name] = {"source": "user", "via": sources.get(name, "cli")}
+        elif outcome.origin.get(name):
+            provenance[name] = {"source": "rule", "rule": outcome.origin[name]}
+        else:
+            provenance[name] = {"source": "default"}
+    final = Env(plan, outcome.values, facts, {})
+    for rule, missing in outcome.unknown:
+        notes.append(f"[{rule.id}] not checked: fact {missing} is unknown")
+    for rule in plan.warn_rules:
+        try:
+            if rule.when is None or rule.when(final):
+                notes.append(f"[{rule.id}] {rule.message}")
+        except UnknownFact:  # an unknown fact silences a warning rather than guessing
+            continue
+    return ResolvedConfig(system, facts, outcome.values, provenance, notes)

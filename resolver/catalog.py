@@ -1,0 +1,167 @@
+"""The flag catalog: every launch flag of a system, loaded from `rules/<system>/flags*.yaml`.
+
+The catalog is plain data. Each flag records its option strings, type, domain and default exactly
+as the seed declares them, so an existing launch command keeps working; the parser, the `--config`
+loader, `accord flags` and the solver's variable domains are all derived from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from resolver.errors import UsageError
+
+RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
+SYSTEMS = ("llm", "diffusion")
+TYPES = ("bool", "int", "float", "str", "enum", "list", "json")
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeprecatedSpelling:
+    """An old option string that still parses, with a warning.
+
+    Without `value` it is a renamed flag: it takes the same argument as the flag it belongs to.
+    With `value` it is a switch that takes no argument and stores `value` (for example
+    `--enable-breakable-cuda-graph` stores "breakable"). `replacement` overrides the spelling the
+    warning recommends; `line` is the seed line that registers it.
+    """
+
+    flag: str
+    value: Any = None
+    replacement: str | None = None
+    line: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """One launch flag. `name` is the argparse dest and the solver variable name."""
+
+    name: str
+    flags: tuple[str, ...]
+    type: str
+    default: Any = None
+    group: str = "misc"
+    help: str = ""
+    nullable: bool = False
+    choices: tuple[Any, ...] | None = None
+    extensible: bool = False
+    choices_from: str | None = None
+    element: str | None = None
+    nargs: str | None = None
+    negated: tuple[str, ...] = ()
+    short_forms: tuple[str, ...] = ()
+    human_int: bool = False
+    value_optional: bool = False
+    const: Any = None
+    resolvable: bool = False
+    deprecated: dict | None = None
+    deprecated_spellings: tuple[DeprecatedSpelling, ...] = ()
+    line: int | None = None
+    meta: bool = False  # an option of the command line itself (the seed's --config), not a setting
+
+    @property
+    def primary(self) -> str:
+        """The spelling shown to users: the seed's first option string (or its first old one)."""
+        if self.flags:
+            return self.flags[0]
+        if self.deprecated_spellings:
+            return self.deprecated_spellings[0].flag
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def option_strings(self) -> tuple[str, ...]:
+        """Every spelling that parses: seed spellings, short forms, negations, old spellings."""
+        old = tuple(d.flag for d in self.deprecated_spellings)
+        return self.flags + self.short_forms + self.negated + old
+
+    @property
+    def finite_domain(self) -> tuple[Any, ...] | None:
+        """The values a solver may try for this flag, or None when the domain is open."""
+        if self.type == "bool":
+            values: tuple[Any, ...] = (False, True)
+        elif self.type == "enum" and self.choices:
+            values = tuple(self.choices)
+        else:
+            return None
+        return ((None,) + values) if self.nullable else values
+
+
+@dataclasses.dataclass(frozen=True)
+class Catalog:
+    """All flags of one system, by name, in declaration order."""
+
+    system: str
+    flags: dict[str, Flag]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.flags
+
+    def __getitem__(self, name: str) -> Flag:
+        return self.flags[name]
+
+    def __iter__(self):
+        return iter(self.flags.values())
+
+    def __len__(self) -> int:
+        return len(self.flags)
+
+    def defaults(self) -> dict[str, Any]:
+        return {f.name: f.default for f in self}
+
+
+def catalog_files(system: str) -> list[Path]:
+    """The YAML files that make up a system's catalog, in a stable order."""
+    root = RULES_DIR / system
+    files = sorted(root.glob("flags*.yaml")) + sorted((root / "flags").glob("*.yaml"))
+    return [p for p in files if p.is_file()]
+
+
+def _flag_from_yaml(entry: dict, group: str, path: Path) -> Flag:
+    data = dict(entry)
+    name = data.pop("name", None)
+    if not name:
+        raise UsageError(f"{path}: a flag entry has no 'name'.")
+    if data.get("type") not in TYPES:
+        raise UsageError(f"{path}: flag {name!r} has type {data.get('type')!r}; use one of {', '.join(TYPES)}.")
+    spellings = tuple(DeprecatedSpelling(**s) for s in data.pop("deprecated_spellings", ()) or ())
+    for key in ("flags", "negated", "short_forms", "choices"):
+        if data.get(key) is not None:
+            data[key] = tuple(data[key])
+    known = {f.name for f in dataclasses.fields(Flag)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise UsageError(f"{path}: flag {name!r} has unknown keys {unknown}; allowed: {sorted(known)}.")
+    data.setdefault("flags", ())
+    return Flag(name=name, group=data.pop("group", group), deprecated_spellings=spellings, **data)
+
+
+def load_catalog(system: str) -> Catalog:
+    """Read a system's catalog from its YAML files."""
+    if system not in SYSTEMS:
+        raise UsageError(f"unknown system {system!r}; use one of: {', '.join(SYSTEMS)}.")
+    flags: dict[str, Flag] = {}
+    owners: dict[str, str] = {}
+    for path in catalog_files(system):
+        with open(path, encoding="utf-8") as fh:
+            documents = [d for d in yaml.load_all(fh, Loader=_Loader) if d]
+        for doc in documents:
+            group = doc.get("group", "misc")
+            for entry in doc.get("flags", ()):
+                flag = _flag_from_yaml(entry, group, path)
+                if flag.name in flags:
+                    raise UsageError(f"{path}: flag {flag.name!r} is declared twice.")
+                for spelling in flag.option_strings:
+                    if spelling in owners:
+                        raise UsageError(
+                            f"{path}: option {spelling} belongs to both {owners[spelling]!r} and "
+                            f"{flag.name!r}; an option string must name exactly one flag."
+                        )
+                    owners[spelling] = flag.name
+                flags[flag.name] = flag
+    return Catalog(system=system, flags=flags)

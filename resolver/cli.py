@@ -1,0 +1,54 @@
+"""`accord` command line: one subcommand per use, each in its own module, imported on demand.
+
+Only the chosen subcommand's module is imported, so `accord resolve` never pays for the engine
+(torch, triton, zmq) and `accord serve` is the only command that loads it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from resolver.errors import EXIT_USAGE, AccordError
+
+COMMANDS = {
+    "resolve": ("resolver.commands.resolve", "Resolve a launch command against rules and facts."),
+    "why": ("resolver.commands.why", "Show the value of flags and the chain of rules that produced it."),
+    "flags": ("resolver.flags_cmd", "Browse and search the flag catalog."),
+    "rules": ("resolver.commands.rules", "Lint, count or export the rule set."),
+    "probe": ("resolver.commands.probe", "Print the facts of this machine (or of a preset)."),
+    "matrix": ("resolver.matrix", "Generate a CI matrix of legal configurations."),
+    "serve": ("resolver.commands.serve", "Resolve, then start the engine processes."),
+    "completion": ("resolver.completion", "Print a bash or zsh completion script."),
+}
+
+USAGE = "usage: accord {" + ",".join(COMMANDS) + "} [options]\n\n" + "\n".join(
+    f"  {name:<11} {text}" for name, (_, text) in COMMANDS.items()
+) + "\n\nRun `accord COMMAND --help` for the options of one command."
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else EXIT_USAGE
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        import difflib
+
+        close = difflib.get_close_matches(name, COMMANDS, n=1)
+        hint = f" Did you mean `accord {close[0]}`?" if close else ""
+        print(f"accord: unknown command {name!r}.{hint} Commands: {', '.join(COMMANDS)}.", file=sys.stderr)
+        return EXIT_USAGE
+    module = importlib.import_module(COMMANDS[name][0])
+    try:
+        return int(module.main(rest) or 0)
+    except AccordError as err:
+        print(f"accord {name}: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The `accord` subcommands, one module each, imported only when that command runs."""

@@ -1,0 +1,86 @@
+"""`accord resolve`: resolve a launch command and print the configuration, or explain the conflict.
+
+Exit codes: 0 resolved, 2 bad usage (unknown flag, bad value, unreadable file, unknown preset),
+3 no legal configuration (the conflicts and their fixes are printed; `--json` for tools).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from resolver.api import ConflictError, resolve
+from resolver.errors import EXIT_CONFLICT
+from resolver.facts import load_facts
+from resolver.flagparse import ParsedFlags, parse_flags
+from resolver.frozen import ResolvedConfig
+from resolver.report import value_table
+
+
+def add_fact_options(parser: argparse.ArgumentParser) -> None:
+    """Options every command that resolves shares: where the facts come from."""
+    parser.add_argument("--facts", default="probe", metavar="PRESET|FILE|probe",
+                        help="machine facts: a preset (h100, b200, cpu, ...), a YAML/JSON file, or probe")
+    parser.add_argument("--fact", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one fact, e.g. --fact gpu.sm=100 (repeatable)")
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    add_fact_options(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON for tools")
+    parser.add_argument("--relax", action="store_true",
+                        help="apply the best fix of each conflict and report every change")
+    parser.add_argument("--all", action="store_true", help="print every flag, not only decided ones")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list legal, chosen and excluded values of every backend-like flag")
+    parser.add_argument("--flag", action="append", default=[], dest="only", metavar="NAME",
+                        help="with --dry-run: only these flags (repeatable)")
+
+
+def resolve_command(argv: list[str], prog: str, extra=None) -> tuple[argparse.Namespace, ParsedFlags, dict]:
+    """Parse a launch command and load its facts (shared by resolve, why and serve)."""
+    def options(parser):
+        add_options(parser)
+        if extra:
+            extra(parser)
+    opts, parsed = parse_flags(argv, add_options=options, prog=prog)
+    facts = load_facts(opts.facts, opts.fact, model_path=parsed.values.get("model_path"),
+                       system=parsed.system)
+    return opts, parsed, facts
+
+
+def print_conflict(err: ConflictError, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(err.to_dict(), indent=2, sort_keys=True))
+    else:
+        from resolver.proof import render_conflict
+        print(render_conflict(err, color=sys.stderr.isatty()), file=sys.stderr)
+    return EXIT_CONFLICT
+
+
+def print_config(config: ResolvedConfig, show_all: bool) -> None:
+    names = [n for n in config.values
+             if show_all or config.provenance[n]["source"] != "default"]
+    print(f"# {config.system} configuration {config.hash[:16]} "
+          f"({len(names)} of {len(config.values)} flags shown{'' if show_all else '; --all for every flag'})")
+    print(value_table(config.values, config.provenance, names))
+    for line in config.warnings:
+        print(f"warning: {line}")
+
+
+def main(argv: list[str]) -> int:
+    opts, parsed, facts = resolve_command(argv, "accord resolve")
+    if opts.dry_run:
+        from resolver.dryrun import main_dry_run
+        return main_dry_run(parsed, facts, opts)
+    try:
+        config = resolve(parsed.system, parsed.values, facts, parsed.sources, relax=opts.relax,
+                         warnings=parsed.warnings)
+    except ConflictError as err:
+        return print_conflict(err, opts.json)
+    if opts.json:
+        print(config.to_json())
+    else:
+        print_config(config, opts.all)
+    return 0

@@ -1,0 +1,61 @@
+"""`accord why FLAG [FLAG...] [launch flags]`: a value and the chain of rules and facts behind it.
+
+    $ accord why chunked_prefill_size --facts h100 --tp 8
+    chunked_prefill_size = 8192   (rule mem.chunked_prefill.tier)
+      because gpu.mem_gib >= 60: the H100 tier ...
+      reads tp_size = 8            (you set it)
+      reads fact gpu.mem_gib = 80
+"""
+
+from __future__ import annotations
+
+from resolver.api import ConflictError, plan_for, resolve
+from resolver.commands.resolve import print_conflict, resolve_command
+from resolver.errors import UsageError
+from resolver.report import describe_value
+
+MAX_DEPTH = 3
+
+
+def _explain(config, plan, name: str, depth: int, seen: set[str], lines: list[str]) -> None:
+    indent = "  " * depth
+    prov = config.provenance[name]
+    source = {"user": f"you set it ({prov.get('via', 'cli')})", "default": "catalog default",
+              "relax": f"changed by --relax, rule {prov.get('rule')}"}.get(prov["source"], f"rule {prov.get('rule')}")
+    lines.append(f"{indent}{name} = {describe_value(config.values[name])}   ({source})")
+    if prov["source"] != "rule" or name in seen or depth >= MAX_DEPTH:
+        return
+    seen.add(name)
+    rule = plan.ruleset.by_id()[prov["rule"]]
+    condition = f"when {rule.when.source}" if rule.when is not None else "always"
+    lines.append(f"{indent}  {rule.kind} rule, {condition}: {rule.reason}")
+    for key in sorted(rule.reads_facts):
+        value = config.facts.get(key, "unknown")
+        lines.append(f"{indent}  reads fact {key} = {describe_value(value)}")
+    for flag in sorted(rule.reads_flags - {name}):
+        _explain(config, plan, flag, depth + 1, seen, lines)
+
+
+def main(argv: list[str]) -> int:
+    targets = []
+    while argv and not argv[0].startswith("-"):
+        targets.append(argv.pop(0).replace("-", "_"))
+    if not targets:
+        raise UsageError("name the flag to explain first, e.g. `accord why attention_backend --facts h100 --tp 8`.")
+    opts, parsed, facts = resolve_command(argv, "accord why")
+    plan = plan_for(parsed.system)
+    unknown = [t for t in targets if t not in plan.catalog]
+    if unknown:
+        import difflib
+        hints = [difflib.get_close_matches(t, plan.catalog.flags, n=1) for t in unknown]
+        raise UsageError(f"unknown {parsed.system} flag(s) {unknown}"
+                         + "".join(f"; did you mean {h[0]}?" for h in hints if h) + ".")
+    try:
+        config = resolve(parsed.system, parsed.values, facts, parsed.sources, relax=opts.relax)
+    except ConflictError as err:
+        return print_conflict(err, opts.json)
+    lines: list[str] = []
+    for target in targets:
+        _explain(config, plan, target, 0, set(), lines)
+    print("\n".join(lines))
+    return 0

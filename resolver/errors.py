@@ -1,0 +1,24 @@
+"""Errors that end a command, each with its documented exit code.
+
+Every user-facing failure is one of these and is printed as a single paragraph, never a traceback:
+exit 2 for bad usage (unknown flag, bad value, unreadable file, unknown preset), exit 3 when the
+request is well-formed but no legal configuration exists.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_CONFLICT = 3
+
+
+class AccordError(Exception):
+    """Base class: carries the exit code the CLI should return."""
+
+    exit_code = 1
+
+
+class UsageError(AccordError):
+    """The input itself is wrong: a flag, a value, a file, a preset or a fact."""
+
+    exit_code = EXIT_USAGE

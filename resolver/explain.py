@@ -1,0 +1,137 @@
+"""Explaining an unsatisfiable launch: minimal conflicts and verified fixes.
+
+A conflict is *minimal*: the user values and hard rules it names are together unsatisfiable, and
+dropping any one of them makes the rest satisfiable. We find it by deletion (try without each
+element; keep it only if it is needed), which costs one satisfiability check per element and is
+cheap because facts and user values are constants in every check.
+
+Fixes are the smallest changes to what the user typed: the value a rule's `fix` names (what
+upstream would have forced, so `--relax` reproduces upstream), another value of an involved flag,
+or dropping the flag. Each one is verified by solving again before it is offered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from resolver.expr import UnknownFact
+from resolver.rules import Rule
+from resolver.solve import Env, Plan
+
+MAX_FIXES = 5
+_DROP = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class Fix:
+    """A change to the user's flags: flag -> new value, or -> None with `drop` to unset it."""
+
+    changes: tuple[tuple[str, Any], ...]
+    drops: tuple[str, ...] = ()
+    rule: str | None = None          # the rule whose `fix` proposed it (upstream's choice)
+
+    def apply(self, user: Mapping[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in user.items() if k not in self.drops}
+        out.update(self.changes)
+        return out
+
+    def size(self) -> int:
+        return len(self.changes) + len(self.drops)
+
+
+@dataclasses.dataclass(frozen=True)
+class Conflict:
+    flags: tuple[str, ...]            # user flags in the minimal conflict
+    rules: tuple[str, ...]            # hard rule ids in the minimal conflict
+    facts: tuple[str, ...]            # facts those rules read
+    fixes: tuple[Fix, ...]
+
+
+def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]) -> list[Conflict]:
+    """Every independent minimal conflict of an unsatisfiable request, each with its fixes."""
+    found: list[tuple[list[str], list[Rule]]] = []
+    remaining = dict(user)
+    while not plan.satisfiable(remaining, facts):
+        flags = _minimal_flags(plan, remaining, facts)
+        rules = _minimal_rules(plan, {k: remaining[k] for k in flags}, facts)
+        found.append((flags, rules))
+        if not flags:
+            break  # the facts alone are contradictory: nothing the user can drop separates more
+        for name in flags:
+            remaining.pop(name)
+    conflicts = []
+    for flags, rules in found:
+        # Judge each conflict's fixes without the others, so independent conflicts each get theirs.
+        others = {name for other, _ in found if other is not flags for name in other}
+        isolated = {k: v for k, v in user.items() if k not in others}
+        read_facts = sorted(set().union(*(r.reads_facts for r in rules)) & set(facts))
+        fixes = _fixes(plan, isolated, facts, flags, rules)
+        conflicts.append(Conflict(tuple(flags), tuple(r.id for r in rules), tuple(read_facts), tuple(fixes)))
+    return conflicts
+
+
+def _minimal_flags(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]) -> list[str]:
+    """Deletion-based minimal set of user values that is still unsatisfiable (in catalog order)."""
+    kept = sorted(user, key=plan.order.get)
+    for name in list(kept):
+        trial = [k for k in kept if k != name]
+        if not plan.satisfiable({k: user[k] for k in trial}, facts):
+            kept = trial
+    return kept
+
+
+def _minimal_rules(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]) -> list[Rule]:
+    """Deletion-based minimal set of hard rules that, with `user`, is unsatisfiable."""
+    kept = list(plan.hard_rules)
+    for rule in list(kept):
+        trial = [r for r in kept if r is not rule]
+        if not plan.satisfiable(user, facts, trial):
+            kept = trial
+    return kept
+
+
+def _fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
+           flags: list[str], rules: list[Rule]) -> list[Fix]:
+    """Verified single-step fixes, most faithful to upstream first, then smallest."""
+    proposals: list[Fix] = []
+    env = Env(plan, dict(user), facts, {})
+    for rule in rules:
+        if not rule.fix:
+            continue
+        try:
+            changes = tuple((flag, expr(env)) for flag, expr in rule.fix)
+        except UnknownFact:
+            continue
+        proposals.append(Fix(changes=changes, rule=rule.id))
+    for name in flags:
+        proposals.append(Fix(changes=(), drops=(name,)))
+        for value in _alternatives(plan, name, user[name]):
+            proposals.append(Fix(changes=((name, value),)))
+    seen, verified = set(), []
+    for fix in proposals:
+        key = (fix.changes, fix.drops)
+        unchanged = not fix.drops and all(user.get(k, _DROP) == v for k, v in fix.changes)
+        if key in seen or unchanged:
+            continue
+        seen.add(key)
+        if plan.satisfiable(fix.apply(user), facts):
+            verified.append(fix)
+    upstream = [f for f in verified if f.rule]
+    others = sorted((f for f in verified if not f.rule), key=lambda f: f.size())  # stable: drops first
+    return (upstream + others)[:MAX_FIXES]
+
+
+def _alternatives(plan: Plan, name: str, current: Any) -> list[Any]:
+    """Other values worth pinning for a flag: its finite domain, the solver's preferred ones first.
+
+    None, and False for a plain switch, are left out: dropping the flag already says that.
+    """
+    flag = plan.catalog[name]
+    domain = flag.finite_domain
+    if domain is None:
+        return []
+    preferred = plan.domain(name) if name in plan.prefer_rules else []
+    ordered = [v for v in preferred if v in domain] + [v for v in domain if v not in preferred]
+    plain_switch = flag.type == "bool" and not flag.negated and not flag.value_optional
+    return [v for v in ordered if v != current and v is not None and not (plain_switch and v is False)]

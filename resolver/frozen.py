@@ -1,0 +1,92 @@
+"""The frozen, hashed resolved configuration: the only input of the engine processes.
+
+The hash covers system, facts and values (not provenance or warnings, which explain the values but
+do not change what runs), computed over canonical JSON so every process can check it cheaply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from types import MappingProxyType
+from typing import Any, Mapping
+
+
+def canonical_json(obj: Any) -> str:
+    """JSON with sorted keys and no whitespace: the same data always gives the same bytes."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def config_hash(system: str, facts: Mapping[str, Any], values: Mapping[str, Any]) -> str:
+    payload = {"system": system, "facts": dict(facts), "values": dict(values)}
+    return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
+
+
+class ConfigHashMismatch(ValueError):
+    """A process was handed a config whose content does not match its hash."""
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
+class ResolvedConfig:
+    """An immutable resolved configuration.
+
+    `values` maps every flag name of the system to its resolved value; `provenance` maps each flag
+    to `{"source": "user"|"config"|"env"|"default"|"rule"|"fact", "rule"?: id}`.
+    """
+
+    __slots__ = ("system", "facts", "values", "provenance", "warnings", "hash")
+
+    def __init__(self, system: str, facts: Mapping[str, Any], values: Mapping[str, Any],
+                 provenance: Mapping[str, Any] | None = None, warnings: list[str] | tuple = (),
+                 expected_hash: str | None = None):
+        digest = config_hash(system, _thaw(facts), _thaw(values))
+        if expected_hash is not None and expected_hash != digest:
+            raise ConfigHashMismatch(
+                f"resolved config hash mismatch: expected {expected_hash[:12]}..., content hashes to "
+                f"{digest[:12]}...; the config was modified after resolution. Re-run `accord resolve`.")
+        object.__setattr__(self, "system", system)
+        object.__setattr__(self, "facts", _freeze(dict(facts)))
+        object.__setattr__(self, "values", _freeze(dict(values)))
+        object.__setattr__(self, "provenance", _freeze(dict(provenance or {})))
+        object.__setattr__(self, "warnings", tuple(warnings))
+        object.__setattr__(self, "hash", digest)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("ResolvedConfig is frozen")
+
+    def __getitem__(self, flag: str) -> Any:
+        return self.values[flag]
+
+    def to_dict(self) -> dict:
+        return {
+            "system": self.system,
+            "facts": _thaw(self.facts),
+            "values": _thaw(self.values),
+            "provenance": _thaw(self.provenance),
+            "warnings": list(self.warnings),
+            "hash": self.hash,
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, indent=indent, ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ResolvedConfig":
+        """Rebuild a config handed over by a parent process; refuses one whose hash does not match."""
+        return cls(data["system"], data["facts"], data["values"], data.get("provenance"),
+                   data.get("warnings", ()), expected_hash=data["hash"])

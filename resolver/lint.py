@@ -1,0 +1,114 @@
+"""`accord rules --lint`: find rule-set mistakes before a user does.
+
+Checks, each a function returning problems as strings:
+- names: every flag a rule reads or sets is in the catalog, every fact is in the fact schema;
+- values: every literal a rule compares a flag with, offers as a candidate, or sets, is in that
+  flag's domain (a typo like `attention_backend == 'fa-3'` would make a rule that never fires);
+- governance: a flag is governed by `prefer` rules or by `default` rules, not both;
+- cycles: no default depends on itself through other defaults;
+- presets: with no user flags, every fact preset has a legal configuration.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any, Iterable
+
+import networkx as nx
+
+from resolver.catalog import Catalog
+from resolver.expr import Expr
+from resolver.graph import build_graph
+from resolver.rules import RuleSet
+from resolver.solve import Plan
+
+
+def check_names(catalog: Catalog, ruleset: RuleSet, fact_keys: Iterable[str]) -> list[str]:
+    fact_keys = set(fact_keys)
+    problems = []
+    for rule in ruleset:
+        for name in sorted(rule.reads_flags | ({rule.flag} if rule.flag else set())
+                           | {f for f, _ in rule.fix}):
+            if name not in catalog:
+                problems.append(f"{rule.file}: rule {rule.id} names unknown flag {name!r}")
+        for key in sorted(rule.reads_facts):
+            if key not in fact_keys and not key.startswith("packages."):
+                problems.append(f"{rule.file}: rule {rule.id} reads unknown fact {key!r}")
+    return problems
+
+
+def _literal_comparisons(expr: Expr) -> list[tuple[str, Any]]:
+    """(flag, literal) pairs from `flag == lit`, `flag != lit`, `flag in (lits)` in an expression."""
+    if not isinstance(expr.source, str) or expr.source.startswith(("'", '"')) and not expr.flags:
+        return []
+    try:
+        tree = ast.parse(expr.source.strip(), mode="eval")
+    except SyntaxError:
+        return []
+    pairs = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare) or len(node.ops) != 1:
+            continue
+        left, right, op = node.left, node.comparators[0], node.ops[0]
+        if isinstance(left, ast.Name) and left.id in expr.flags:
+            if isinstance(op, (ast.Eq, ast.NotEq)) and isinstance(right, ast.Constant):
+                pairs.append((left.id, right.value))
+            elif isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
+                pairs += [(left.id, e.value) for e in right.elts if isinstance(e, ast.Constant)]
+    return pairs
+
+
+def check_values(catalog: Catalog, ruleset: RuleSet) -> list[str]:
+    problems = []
+    for rule in ruleset:
+        pairs = [p for e in rule.expressions() for p in _literal_comparisons(e)]
+        if rule.kind == "prefer":
+            pairs += [(rule.flag, c.value) for c in rule.values]
+        if rule.kind == "default" and rule.value is not None and not rule.value.flags and not rule.value.facts:
+            pairs.append((rule.flag, rule.value(None)))
+        for name, value in pairs:
+            if name not in catalog:
+                continue
+            flag = catalog[name]
+            domain = flag.finite_domain
+            if domain is not None and value not in domain and not flag.extensible:
+                problems.append(f"{rule.file}: rule {rule.id} uses {name} = {value!r}, which is not one of "
+                                f"its values {list(domain)}; the rule can never fire as written")
+    return problems
+
+
+def check_governance(ruleset: RuleSet) -> list[str]:
+    prefer = {r.flag for r in ruleset if r.kind == "prefer"}
+    default = {r.flag for r in ruleset if r.kind == "default"}
+    return [f"flag {name!r} has both prefer and default rules; use one kind per flag"
+            for name in sorted(prefer & default)]
+
+
+def check_cycles(catalog: Catalog, ruleset: RuleSet) -> list[str]:
+    graph = build_graph(catalog, ruleset)
+    if nx.is_directed_acyclic_graph(graph):
+        return []
+    return ["cycle among defaults: " + " -> ".join(cycle) for cycle in nx.simple_cycles(graph)][:10]
+
+
+def check_presets(plan: Plan, presets: dict[str, dict]) -> list[str]:
+    problems = []
+    for name in sorted(presets):
+        outcome = plan.solve({}, presets[name])
+        if not outcome.satisfiable:
+            from resolver.explain import find_conflicts
+            rules = sorted({r for c in find_conflicts(plan, {}, presets[name]) for r in c.rules})
+            problems.append(f"preset {name}: the catalog defaults have no legal configuration "
+                            f"(rules {', '.join(rules) or '?'})")
+    return problems
+
+
+def lint(catalog: Catalog, ruleset: RuleSet, fact_keys: Iterable[str], presets: dict[str, dict]) -> list[str]:
+    """Every problem found, in a stable order; an empty list means the rule set is clean."""
+    problems = check_names(catalog, ruleset, fact_keys)
+    problems += check_values(catalog, ruleset)
+    problems += check_governance(ruleset)
+    problems += check_cycles(catalog, ruleset)
+    if not problems:
+        problems += check_presets(Plan(catalog, ruleset), presets)
+    return problems

@@ -1,0 +1,82 @@
+"""Turning results into text people read: flag spellings, conflicts as short proofs, value tables."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from resolver.catalog import Catalog
+
+
+def flag_arg(catalog: Catalog, name: str, value: Any) -> str:
+    """The command-line spelling that sets `name` to `value` (`--tp-size 2`, `--no-x`, `--y`)."""
+    flag = catalog[name]
+    spelling = flag.primary
+    if flag.type == "bool" and not flag.value_optional:
+        if value:
+            return spelling
+        if flag.negated:
+            return flag.negated[0]
+        return f"(omit {spelling})"
+    if value is None:
+        return f"(omit {spelling})"
+    if isinstance(value, (list, tuple)):
+        return f"{spelling} " + " ".join(_scalar(v) for v in value)
+    if isinstance(value, dict):
+        return f"{spelling} '{json.dumps(value, sort_keys=True)}'"
+    return f"{spelling} {_scalar(value)}"
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = str(value)
+    return text if text and all(c.isalnum() or c in "-_.:/=,+@" for c in text) else repr(text)
+
+
+def describe_value(value: Any) -> str:
+    return json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
+
+
+def fix_text(catalog: Catalog, fix) -> str:
+    """A fix as what to type: the new flags, and which flags to remove."""
+    parts = [flag_arg(catalog, name, value) for name, value in fix.changes]
+    parts += [f"drop {catalog[name].primary}" for name in fix.drops]
+    return "; ".join(parts) if parts else "(no change)"
+
+
+def conflict_message(catalog: Catalog, rules_by_id: Mapping[str, Any], facts: Mapping[str, Any],
+                     user: Mapping[str, Any], conflict) -> str:
+    """One paragraph: what you set, what the machine is, which rules, why."""
+    if conflict.flags:
+        typed = " ".join(flag_arg(catalog, n, user[n]) for n in conflict.flags)
+        head = f"You set {typed}"
+    else:
+        head = "The defaults"
+    machine = ", ".join(f"{k}={describe_value(facts[k])}" for k in conflict.facts)
+    head += f" on a machine with {machine}" if machine else ""
+    clauses = []
+    for rid in conflict.rules:
+        rule = rules_by_id[rid]
+        if rule.kind == "require":
+            cond = f" when `{rule.when.source}`" if rule.when is not None else ""
+            clauses.append(f"rule {rid} requires `{rule.require.source}`{cond}: {rule.reason}")
+        else:
+            clauses.append(f"rule {rid} forbids `{rule.when.source}`: {rule.reason}")
+    return f"{head}, but " + "; and ".join(clauses) + ("" if clauses[-1].endswith(".") else ".")
+
+
+def value_table(values: Mapping[str, Any], provenance: Mapping[str, Mapping[str, Any]],
+                names: list[str]) -> str:
+    """Aligned `flag  value  source` rows."""
+    rows = []
+    for name in names:
+        prov = provenance.get(name, {})
+        source = prov.get("source", "")
+        if prov.get("rule"):
+            source += f" {prov['rule']}"
+        elif prov.get("via"):
+            source += f" ({prov['via']})"
+        rows.append((name, describe_value(values[name]), source))
+    width = [max((len(r[i]) for r in rows), default=0) for i in range(2)]
+    return "\n".join(f"{a:<{width[0]}}  {b:<{width[1]}}  {c}".rstrip() for a, b, c in rows)

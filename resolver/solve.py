@@ -1,0 +1,334 @@
+"""Solving: from user values and facts to every flag's value, or to "unsatisfiable".
+
+The model (see rules/README.md for the rule kinds):
+- a flag the user set is a constant, never changed;
+- an unset flag with `prefer` rules is a *decision*: a solver variable whose domain is its
+  candidates, tried in preference order;
+- an unset flag with `default` rules is *derived*: a function of other flags and facts, evaluated
+  lazily (and so in dependency order) whenever something reads it;
+- any other unset flag keeps its catalog default.
+
+Facts and user values are substituted as constants, so python-constraint only ever sees the few
+decision variables a hard rule actually depends on, split into independent components. Decisions
+are made greedily in dependency order: each takes its most preferred candidate that still leaves
+the rest satisfiable, which makes the answer deterministic and the preference order meaningful.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import graphlib
+from typing import Any, Iterable, Mapping
+
+from constraint import Problem
+
+from resolver.catalog import Catalog
+from resolver.expr import UnknownFact
+from resolver.rules import Rule, RuleSet
+
+_UNSET = object()
+
+
+class _CycleError(Exception):
+    pass
+
+
+class Env:
+    """The values one (partial) assignment gives every flag; derived flags are computed on demand."""
+
+    __slots__ = ("plan", "user", "facts", "decided", "_derived", "_busy")
+
+    def __init__(self, plan: "Plan", user: Mapping[str, Any], facts: Mapping[str, Any],
+                 decided: Mapping[str, Any]):
+        self.plan = plan
+        self.user = user
+        self.facts = facts
+        self.decided = decided
+        self._derived: dict[str, tuple[Any, str | None]] = {}
+        self._busy: set[str] = set()
+
+    def fact(self, key: str) -> Any:
+        try:
+            return self.facts[key]
+        except KeyError:
+            raise UnknownFact(key) from None
+
+    def is_set(self, name: str) -> bool:
+        return name in self.user
+
+    def flag(self, name: str) -> Any:
+        if name in self.user:
+            return self.user[name]
+        if name in self.decided:
+            return self.decided[name]
+        if name in self.plan.prefer_rules:
+            # An undecided decision read before it is decided: its most preferred candidate.
+            candidates = self.plan.candidates(name, self)
+            return candidates[0][0] if candidates else self.plan.catalog[name].default
+        return self.derived(name)[0]
+
+    def derived(self, name: str) -> tuple[Any, str | None]:
+        """Value of an unset non-decision flag and the id of the default rule that produced it."""
+        if name in self._derived:
+            return self._derived[name]
+        if name in self._busy:
+            raise _CycleError(name)
+        self._busy.add(name)
+        try:
+            result: tuple[Any, str | None] = (self.plan.catalog[name].default, None)
+            for rule in self.plan.default_rules.get(name, ()):
+                try:
+                    if rule.when is None or rule.when(self):
+                        result = (rule.value(self), rule.id)
+                        break
+                except UnknownFact:
+                    continue
+        finally:
+            self._busy.discard(name)
+        self._derived[name] = result
+        return result
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What a solve produced: every value with its origin, or the hard rules that failed."""
+
+    values: dict[str, Any]
+    origin: dict[str, str | None]           # flag -> rule id that set it (None: user or catalog)
+    violated: list[Rule]
+    unknown: list[tuple[Rule, str]]         # rules that could not be checked, and the missing fact
+    satisfiable: bool
+
+
+def check(rule: Rule, env: Env) -> bool:
+    """True when a hard rule holds in `env`. Raises UnknownFact when it cannot be decided."""
+    applies = rule.when is None or bool(rule.when(env))
+    if rule.kind == "conflict":
+        return not applies
+    return (not applies) or bool(rule.require(env))
+
+
+def _holds(rule: Rule, env: Env) -> bool:
+    """Like `check`, but an unknown fact never blocks: the rule is reported, not enforced."""
+    try:
+        return check(rule, env)
+    except UnknownFact:
+        return True
+
+
+class Plan:
+    """A catalog and rule set compiled for solving: rules indexed by the flags they govern."""
+
+    def __init__(self, catalog: Catalog, ruleset: RuleSet):
+        self.catalog = catalog
+        self.ruleset = ruleset
+        self.prefer_rules: dict[str, list[Rule]] = {}
+        self.default_rules: dict[str, list[Rule]] = {}
+        self.hard_rules: list[Rule] = []
+        self.warn_rules: list[Rule] = []
+        for rule in ruleset:
+            if rule.kind == "prefer":
+                self.prefer_rules.setdefault(rule.flag, []).append(rule)
+            elif rule.kind == "default":
+                self.default_rules.setdefault(rule.flag, []).append(rule)
+            elif rule.is_hard:
+                self.hard_rules.append(rule)
+            else:
+                self.warn_rules.append(rule)
+        self.order = {name: i for i, name in enumerate(catalog.flags)}
+
+    # -- decisions ---------------------------------------------------------------------------
+
+    def domain(self, flag: str) -> list[Any]:
+        """Every value a decision could take, most preferred first (static: before any solving)."""
+        seen: list[Any] = []
+        for rule in self.prefer_rules[flag]:
+            for cand in rule.values:
+                if cand.value not in seen:
+                    seen.append(cand.value)
+        default = self.catalog[flag].default
+        if default not in seen:
+            seen.append(default)
+        return seen
+
+    def candidates(self, flag: str, env: Env) -> list[tuple[Any, str | None]]:
+        """Candidates of a decision in `env`: the first matching prefer rule's eligible values."""
+        for rule in self.prefer_rules[flag]:
+            try:
+                if rule.when is not None and not rule.when(env):
+                    continue
+            except UnknownFact:
+                continue
+            out = []
+            for cand in rule.values:
+                try:
+                    if cand.when is None or cand.when(env):
+                        out.append((cand.value, rule.id))
+                except UnknownFact:
+                    continue
+            if out:
+                return out
+        return [(self.catalog[flag].default, None)]
+
+    def depends(self, names: Iterable[str], user: Mapping[str, Any], memo: dict[str, frozenset]) -> frozenset:
+        """The decision variables that the given flags' values depend on."""
+        out: set[str] = set()
+        for name in names:
+            if name in user or name not in self.catalog:
+                continue
+            if name not in memo:
+                memo[name] = frozenset()  # breaks cycles; lint rejects them anyway
+                if name in self.prefer_rules:
+                    deps = {name} | self.depends(self._prefer_reads(name), user, memo)
+                else:
+                    reads = set().union(*(r.reads_flags for r in self.default_rules.get(name, ())))
+                    deps = set(self.depends(reads, user, memo))
+                memo[name] = frozenset(deps)
+            out |= memo[name]
+        return frozenset(out)
+
+    def _prefer_reads(self, flag: str) -> set[str]:
+        return set().union(*(r.reads_flags for r in self.prefer_rules[flag]))
+
+    # -- solving -----------------------------------------------------------------------------
+
+    def solve(self, user: Mapping[str, Any], facts: Mapping[str, Any],
+              hard_rules: list[Rule] | None = None) -> Outcome:
+        """Resolve every flag. `hard_rules` narrows the constraints (used by explanations)."""
+        rules = self.hard_rules if hard_rules is None else hard_rules
+        decided, ok = self._decide(user, facts, rules)
+        env = Env(self, user, facts, decided)
+        values: dict[str, Any] = {}
+        origin: dict[str, str | None] = {}
+        for name in self.catalog.flags:
+            if name in user:
+                values[name], origin[name] = user[name], None
+            elif name in decided:
+                values[name] = decided[name]
+                origin[name] = next((rid for v, rid in self.candidates(name, env) if v == decided[name]), None)
+            elif name in self.prefer_rules:
+                values[name], origin[name] = self.candidates(name, env)[0]
+            else:
+                values[name], origin[name] = env.derived(name)
+        final = Env(self, values, facts, {})
+        violated, unknown = [], []
+        for rule in rules:
+            try:
+                if not check(rule, final):
+                    violated.append(rule)
+            except UnknownFact as missing:
+                unknown.append((rule, missing.key))
+        return Outcome(values, origin, violated, unknown, ok and not violated)
+
+    def satisfiable(self, user: Mapping[str, Any], facts: Mapping[str, Any],
+                    hard_rules: list[Rule] | None = None) -> bool:
+        rules = self.hard_rules if hard_rules is None else hard_rules
+        return self._decide(user, facts, rules)[1]
+
+    def _decide(self, user: Mapping[str, Any], facts: Mapping[str, Any],
+                rules: list[Rule]) -> tuple[dict[str, Any], bool]:
+        """Choose every decision that some hard rule depends on; False if no choice satisfies them."""
+        memo: dict[str, frozenset] = {}
+        rule_vars = [(rule, self.depends(rule.constrained_flags, user, memo)) for rule in rules]
+        base = Env(self, user, facts, {})
+        if not all(_holds(rule, base) for rule, deps in rule_vars if not deps):
+            return {}, False
+        constrained = [(rule, deps) for rule, deps in rule_vars if deps]
+        variables = sorted(set().union(*(d for _, d in constrained)), key=self.order.__getitem__)
+        # Eligibility of a decision (its prefer `when`s) may read other decisions: include those.
+        extra = {v: self.depends(self._prefer_reads(v), user, memo) - {v} for v in variables}
+        pending = list(variables)
+        while pending:
+            var = pending.pop()
+            for dep in extra.get(var) or ():
+                if dep not in extra:
+                    extra[dep] = self.depends(self._prefer_reads(dep), user, memo) - {dep}
+                    variables.append(dep)
+                    pending.append(dep)
+        decided: dict[str, Any] = {}
+        for component in _components(variables, constrained, extra):
+            comp_rules = [rule for rule, deps in constrained if deps & component]
+            order = self._decision_order(component, extra)
+            for i, var in enumerate(order):
+                rest = order[i + 1:]
+                env = Env(self, user, facts, decided)
+                for value, _rid in self.candidates(var, env):
+                    decided[var] = value
+                    if self._feasible(rest, comp_rules, user, facts, decided, memo):
+                        break
+                else:
+                    decided.pop(var, None)
+                    return decided, False
+        return decided, True
+
+    def _decision_order(self, component: set[str], extra: dict[str, frozenset]) -> list[str]:
+        """Decisions whose eligibility others read come first; catalog order breaks ties."""
+        sorter = graphlib.TopologicalSorter({v: set(extra.get(v, ())) & component for v in component})
+        sorter.prepare()
+        order: list[str] = []
+        while sorter.is_active():
+            ready = sorted(sorter.get_ready(), key=self.order.__getitem__)
+            order.extend(ready)
+            sorter.done(*ready)
+        return order
+
+    def _feasible(self, undecided: list[str], rules: list[Rule], user, facts, decided, memo) -> bool:
+        """Can the undecided variables still be chosen so that every rule holds?"""
+        involved = []
+        for rule in rules:
+            deps = self.depends(rule.constrained_flags, user, memo) & set(undecided)
+            if not deps:
+                if not _holds(rule, Env(self, user, facts, decided)):
+                    return False
+            else:
+                involved.append((rule, sorted(deps, key=self.order.__getitem__)))
+        if not undecided:
+            return True
+        problem = Problem()
+        for var in undecided:
+            problem.addVariable(var, self.domain(var))
+        fixed = dict(decided)
+
+        def make(rule: Rule, names: list[str]):
+            def constraint(*vals):
+                return _holds(rule, Env(self, user, facts, {**fixed, **dict(zip(names, vals))}))
+            return constraint
+
+        for rule, names in involved:
+            problem.addConstraint(make(rule, names), names)
+        for var in undecided:
+            reads = sorted((self.depends(self._prefer_reads(var), user, memo) - {var}) & set(undecided),
+                           key=self.order.__getitem__)
+            names = [var] + reads
+
+            def eligible(*vals, _var=var, _names=names):
+                env = Env(self, user, facts, {**fixed, **dict(zip(_names, vals))})
+                return any(vals[0] == value for value, _ in self.candidates(_var, env))
+            problem.addConstraint(eligible, names)
+        return problem.getSolution() is not None
+
+
+def _components(variables: list[str], constrained: list[tuple[Rule, frozenset]],
+                extra: dict[str, frozenset]) -> list[set[str]]:
+    """Split decisions into independent groups (no rule or eligibility links them)."""
+    parent = {v: v for v in variables}
+
+    def find(v):
+        while parent[v] != v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+
+    def union(group):
+        group = [g for g in group if g in parent]
+        for other in group[1:]:
+            parent[find(other)] = find(group[0])
+
+    for _, deps in constrained:
+        union(sorted(deps))
+    for var, deps in extra.items():
+        union([var, *sorted(deps)])
+    groups: dict[str, set[str]] = {}
+    for v in variables:
+        groups.setdefault(find(v), set()).add(v)
+    return [groups[k] for k in sorted(groups, key=variables.index)]
