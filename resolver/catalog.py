@@ -8,6 +8,7 @@ loader, `accord flags` and the solver's variable domains are all derived from it
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -115,9 +116,9 @@ class Catalog:
         return {f.name: f.default for f in self}
 
 
-def catalog_files(system: str) -> list[Path]:
+def catalog_files(system: str, root: Path = RULES_DIR) -> list[Path]:
     """The YAML files that make up a system's catalog, in a stable order."""
-    root = RULES_DIR / system
+    root = root / system
     files = sorted(root.glob("flags*.yaml")) + sorted((root / "flags").glob("*.yaml"))
     return [p for p in files if p.is_file()]
 
@@ -141,13 +142,13 @@ def _flag_from_yaml(entry: dict, group: str, path: Path) -> Flag:
     return Flag(name=name, group=data.pop("group", group), deprecated_spellings=spellings, **data)
 
 
-def load_catalog(system: str) -> Catalog:
+def load_catalog(system: str, root: Path = RULES_DIR) -> Catalog:
     """Read a system's catalog from its YAML files."""
     if system not in SYSTEMS:
         raise UsageError(f"unknown system {system!r}; use one of: {', '.join(SYSTEMS)}.")
     flags: dict[str, Flag] = {}
     owners: dict[str, str] = {}
-    for path in catalog_files(system):
+    for path in catalog_files(system, root):
         with open(path, encoding="utf-8") as fh:
             documents = [d for d in yaml.load_all(fh, Loader=_Loader) if d]
         for doc in documents:

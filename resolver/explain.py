@@ -60,6 +60,7 @@ def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]
             break  # the facts alone are contradictory: nothing the user can drop separates more
         for name in flags:
             remaining.pop(name)
+    found.sort(key=lambda item: [plan.order[name] for name in item[0]])
     conflicts = []
     for flags, rules in found:
         # Judge each conflict's fixes without the others, so independent conflicts each get theirs.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 from typing import Any, Callable, Protocol
 
 TOP_LEVEL_FACTS = frozenset({"platform", "cuda", "torch"})
@@ -48,7 +49,7 @@ def version(text: Any) -> tuple[int, ...] | None:
         return None
     parts = []
     for piece in str(text).split("+")[0].split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
+        digits = re.match(r"\d*", piece).group()
         if not digits:
             break
         parts.append(int(digits))
@@ -176,6 +177,8 @@ class _Compiler:
         return lambda env: value
 
     def _name(self, name: str) -> Compiled:
+        if any(part.startswith("_") for part in name.split(".")):
+            raise self.fail(f"the private name `{name}`")
         if "." in name or name in TOP_LEVEL_FACTS:
             self.facts.add(name)
             return lambda env: env.fact(name)

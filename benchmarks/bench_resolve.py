@@ -1,0 +1,70 @@
+"""How fast Accord answers: hot in-process resolve, a conflict with its explanation, a cold CLI run.
+
+Targets (issue 3): hot resolve of a typical llm launch <= 5 ms median; a conflict with its minimal
+explanation and fixes <= 50 ms; a cold `accord resolve --json` process <= 300 ms wall. Each figure
+is printed next to a baseline measured in the same run (argparse alone, the hot resolve, and
+`python -c pass`), so the ratios mean the same thing on any machine.
+
+    python benchmarks/bench_resolve.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+
+from resolver.api import ConflictError, resolve
+from resolver.facts import load_facts
+from resolver.flagparse import parse_flags
+
+TYPICAL = ["--tp", "8", "--kv-cache-dtype", "fp8_e4m3", "--mem-fraction-static", "0.85",
+           "--chunked-prefill-size", "8192", "--schedule-policy", "lpm"]
+CONFLICT = ["--tp", "16", "--attention-backend", "fa3", "--kv-cache-dtype", "fp4_e2m1"]
+
+
+def median_ms(fn, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def hot(argv: list[str], preset: str) -> None:
+    _, parsed = parse_flags(argv)
+    facts = load_facts(preset, model_path=parsed.values.get("model_path"), system=parsed.system)
+    resolve(parsed.system, parsed.values, facts, parsed.sources)
+
+
+def conflict(argv: list[str], preset: str) -> None:
+    try:
+        hot(argv, preset)
+    except ConflictError:
+        return
+    raise SystemExit(f"expected a conflict for {argv} on {preset}")
+
+
+def cold(cmd: list[str], runs: int = 7) -> float:
+    return median_ms(lambda: subprocess.run(cmd, check=True, capture_output=True), runs)
+
+
+def main() -> None:
+    hot(TYPICAL, "h100")  # warm caches: catalog, rules, parser
+    parse_only = median_ms(lambda: parse_flags(TYPICAL), 200)
+    hot_ms = median_ms(lambda: hot(TYPICAL, "h100"), 200)
+    conflict_ms = median_ms(lambda: conflict(CONFLICT, "b200"), 30)
+    python_ms = cold([sys.executable, "-c", "pass"])
+    cli_ms = cold([sys.executable, "-m", "resolver.cli", "resolve", "--facts", "h100", "--json", *TYPICAL])
+    print(f"hot resolve (typical llm launch, h100):  {hot_ms:7.2f} ms median  "
+          f"({hot_ms / parse_only:5.1f}x argparse alone at {parse_only:.2f} ms; target <= 5 ms)")
+    print(f"conflict + minimal explanation + fixes:  {conflict_ms:7.2f} ms median  "
+          f"({conflict_ms / hot_ms:5.1f}x hot resolve; target <= 50 ms)")
+    print(f"cold `accord resolve --json` process:    {cli_ms:7.1f} ms median  "
+          f"({cli_ms / python_ms:5.1f}x `python -c pass` at {python_ms:.1f} ms; target <= 300 ms)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""The model's architecture, read from an HF-style config.json (built-in or a local folder).
+
+The engine implements one family, Llama-style decoders (LlamaForCausalLM and architectures with
+the same weights and maths, e.g. Mistral or Qwen2 without biases); anything else is refused with
+the architecture named rather than loaded wrongly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from resolver.catalog import RULES_DIR
+from resolver.errors import UsageError
+
+BUILTIN_MODEL_DIR = RULES_DIR / "models" / "tiny-llama"
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    architecture: str
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    max_position_embeddings: int
+    rms_norm_eps: float
+    rope_theta: float
+    tie_word_embeddings: bool
+    bos_token_id: int | None
+    eos_token_ids: tuple[int, ...]
+    dtype: str
+
+    def check_parallel(self, tp_size: int, attn_tp_size: int, pp_size: int) -> None:
+        """Refuse a split the model cannot take, naming the numbers involved."""
+        problems = []
+        if self.num_heads % attn_tp_size or self.num_kv_heads % attn_tp_size:
+            problems.append(f"{self.num_heads} attention heads / {self.num_kv_heads} KV heads are not "
+                            f"divisible by the {attn_tp_size} ranks that split attention")
+        if self.intermediate_size % tp_size:
+            problems.append(f"intermediate_size {self.intermediate_size} is not divisible by "
+                            f"--tp-size {tp_size}")
+        if self.num_layers < pp_size:
+            problems.append(f"{self.num_layers} layers cannot fill --pp-size {pp_size} stages")
+        if problems:
+            raise UsageError("the model cannot be split as resolved: " + "; ".join(problems) + ".")
+
+
+def model_dir(model_path: str | None) -> Path:
+    """The folder holding config.json: the given path, or the built-in tiny Llama."""
+    if model_path is None:
+        return BUILTIN_MODEL_DIR
+    path = Path(model_path)
+    if not (path / "config.json").is_file():
+        raise UsageError(f"--model-path {model_path!r} is not a local folder with a config.json; "
+                         "Accord's engine loads local checkpoints only (no downloads).")
+    return path
+
+
+def load_model_config(model_path: str | None) -> ModelConfig:
+    path = model_dir(model_path) / "config.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise UsageError(f"cannot read {path}: {err}.") from None
+    architecture = (raw.get("architectures") or ["?"])[0]
+    if architecture not in SUPPORTED_ARCHITECTURES:
+        raise UsageError(f"{path}: architecture {architecture!r} is not served by Accord's engine; "
+                         f"it serves {', '.join(SUPPORTED_ARCHITECTURES)}.")
+    try:
+        heads = int(raw["num_attention_heads"])
+        hidden = int(raw["hidden_size"])
+        eos = raw.get("eos_token_id")
+        return ModelConfig(
+            architecture=architecture, hidden_size=hidden,
+            intermediate_size=int(raw["intermediate_size"]),
+            num_layers=int(raw["num_hidden_layers"]), num_heads=heads,
+            num_kv_heads=int(raw.get("num_key_value_heads") or heads),
+            head_dim=int(raw.get("head_dim") or hidden // heads),
+            vocab_size=int(raw["vocab_size"]),
+            max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
+            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(raw.get("rope_theta", 10000.0)),
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            bos_token_id=raw.get("bos_token_id"),
+            eos_token_ids=tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),)),
+            dtype=str(raw.get("torch_dtype") or raw.get("dtype") or "float32"),
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise UsageError(f"{path}: missing or malformed field {err}; a Llama config.json needs "
+                         "hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, "
+                         "vocab_size.") from None

@@ -1,0 +1,45 @@
+"""A byte-level tokenizer: token id = UTF-8 byte value, plus the model's special ids above 255.
+
+The built-in model is trained on nothing, so any lossless tokenizer will do; bytes need no
+vocabulary file and round-trip every string. Streaming decodes incrementally so a multi-byte
+character split across steps is emitted whole, once.
+"""
+
+from __future__ import annotations
+
+import codecs
+from typing import Iterable, Mapping, Sequence
+
+BYTE_VOCAB = 256
+
+
+class ByteTokenizer:
+    def __init__(self, vocab_size: int, bos_token_id: int | None, eos_token_ids: Sequence[int]):
+        if vocab_size < BYTE_VOCAB:
+            raise ValueError(f"a byte-level tokenizer needs vocab_size >= {BYTE_VOCAB}, got {vocab_size}")
+        self.vocab_size = vocab_size
+        self.bos_token_id = bos_token_id
+        self.eos_token_ids = tuple(eos_token_ids)
+
+    def encode(self, text: str, add_bos: bool = True) -> list[int]:
+        ids = list(text.encode("utf-8"))
+        return [self.bos_token_id, *ids] if add_bos and self.bos_token_id is not None else ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return bytes(i for i in ids if 0 <= i < BYTE_VOCAB).decode("utf-8", errors="replace")
+
+    def apply_chat_template(self, messages: Sequence[Mapping[str, str]]) -> str:
+        """A plain role-tagged transcript ending with the assistant's turn."""
+        turns = [f"<|{m['role']}|>\n{m['content']}\n" for m in messages]
+        return "".join(turns) + "<|assistant|>\n"
+
+
+class IncrementalDecoder:
+    """Turns a growing list of token ids into text deltas, never splitting a UTF-8 character."""
+
+    def __init__(self):
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, ids: Iterable[int], final: bool = False) -> str:
+        data = bytes(i for i in ids if 0 <= i < BYTE_VOCAB)
+        return self._decoder.decode(data, final=final)

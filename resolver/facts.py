@@ -1,0 +1,544 @@
+"""Facts: what is true of the machine (and model) a configuration is resolved for.
+
+Rules never look at the hardware themselves; they read a flat dict with dotted keys (`gpu.sm`,
+`packages.flashinfer`, `model.attention`). That dict comes from one of three places: `probe()`
+(this machine), a preset in `rules/facts/<name>.yaml` (a machine you do not have), or a facts file
+that sets some keys, optionally on top of a preset. Model facts come from the model folder
+(`resolver.model_facts`). Explicit facts (file, then `--fact KEY=VALUE`) beat probed or preset ones.
+
+Two kinds of "nothing" are kept apart on purpose:
+- an *unknown* fact is absent from the dict; a rule that needs it reports "unknown" instead of
+  guessing (a hub model id gives no model facts);
+- a *known nothing* is an explicit value: `cuda: null` on a CPU machine, `gpu.count: 0`,
+  `interconnect.ib: []`.
+Packages are the exception: `packages.<name>` holds the version of an installed kernel library and
+is absent when the library is not installed, so rules test `known(packages.flashinfer)`. A null
+package value (`--fact packages.flashinfer=none`) removes the package.
+
+Importing this module must stay cheap: torch is imported inside `probe()`, and only when the
+machine has a device node an accelerator could sit behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import glob
+import importlib.util
+import json
+import math
+import os
+import re
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import yaml
+
+from resolver.catalog import RULES_DIR
+from resolver.errors import UsageError
+from resolver.model_facts import model_facts
+
+PRESETS_DIR = RULES_DIR / "facts"
+PLATFORMS = ("cuda", "rocm", "cpu", "xpu", "npu", "mps")
+VENDOR_OF_PLATFORM = {"cuda": "nvidia", "rocm": "amd", "xpu": "intel", "npu": "huawei",
+                      "mps": "apple", "cpu": None}
+ATTENTION_KINDS = ("mha", "mla", "dsa", "swa", "hybrid_swa", "hybrid_linear", "hybrid_mamba")
+PACKAGE_PREFIX = "packages."
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_VERSION = re.compile(r"\d+(\.\d+)*([-+.]?[0-9A-Za-z][0-9A-Za-z.+-]*)?")
+_PACKAGE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Keys a facts file or preset may carry besides facts: what it builds on and where its numbers
+# come from. They describe the file; they are not facts.
+_FILE_META = ("preset", "description", "sources")
+
+
+@dataclasses.dataclass(frozen=True)
+class FactSpec:
+    """The type of one fact. `type` is str | version | int | number | bool | names (list of str)."""
+
+    type: str
+    help: str
+    nullable: bool = False
+    choices: tuple[str, ...] | None = None
+
+
+FACT_KEYS: dict[str, FactSpec] = {
+    "platform": FactSpec("str", "device family the engine runs on", choices=PLATFORMS),
+    "cuda": FactSpec("version", "CUDA version torch was built with (null: no CUDA)", nullable=True),
+    "rocm": FactSpec("version", "ROCm/HIP version torch was built with (null: no ROCm)", nullable=True),
+    "torch": FactSpec("version", "torch version without its local tag (null: not installed)",
+                      nullable=True),
+    "gpu.vendor": FactSpec("str", "accelerator vendor (null: no accelerator)", nullable=True,
+                           choices=tuple(v for v in VENDOR_OF_PLATFORM.values() if v)),
+    "gpu.name": FactSpec("str", "device name of GPU 0, as the driver reports it", nullable=True),
+    "gpu.sm": FactSpec("int", "NVIDIA compute capability as major*10+minor, 90 = 9.0 "
+                              "(null: not an NVIDIA GPU)", nullable=True),
+    "gpu.gfx": FactSpec("str", "AMD GPU architecture, e.g. gfx942 (null: not an AMD GPU)",
+                        nullable=True),
+    "gpu.count": FactSpec("int", "accelerators visible on this node"),
+    "gpu.mem_gib": FactSpec("number", "memory of the smallest visible GPU, GiB (null: no GPU)",
+                            nullable=True),
+    "interconnect.nvlink": FactSpec("bool", "every pair of local GPUs is connected by NVLink"),
+    "interconnect.p2p": FactSpec("bool", "every pair of local GPUs has peer-to-peer access"),
+    "interconnect.mnnvl": FactSpec("bool", "GPUs sit in a multi-node NVLink domain (GB200 NVL72)"),
+    "interconnect.ib": FactSpec("names", "RDMA devices in /sys/class/infiniband ([]: none)"),
+    "host.ram_gib": FactSpec("number", "host memory, GiB"),
+    "host.amx": FactSpec("bool", "the CPU has Intel AMX tiles (amx_tile)"),
+    PACKAGE_PREFIX + "*": FactSpec("version", "version of an installed library, by import name; "
+                                              "absent: not installed", nullable=True),
+    "model.architecture": FactSpec("str", "architectures[0] of config.json"),
+    "model.num_layers": FactSpec("int", "decoder layers"),
+    "model.num_attention_heads": FactSpec("int", "query heads"),
+    "model.num_key_value_heads": FactSpec("int", "key/value heads (GQA/MQA < query heads)"),
+    "model.head_dim": FactSpec("int", "per-head query/key width"),
+    "model.hidden_size": FactSpec("int", "hidden width"),
+    "model.vocab_size": FactSpec("int", "vocabulary size"),
+    "model.context_length": FactSpec("int", "max_position_embeddings or its equivalent"),
+    "model.attention": FactSpec("str", "attention family", choices=ATTENTION_KINDS),
+    "model.sliding_window": FactSpec("int", "window of the sliding-window layers (null: none)",
+                                     nullable=True),
+    "model.moe_experts": FactSpec("int", "routed experts per MoE layer (0: dense)"),
+    "model.has_sinks": FactSpec("bool", "attention uses learned sink logits (gpt-oss)"),
+    "model.is_encoder_decoder": FactSpec("bool", "encoder-decoder model (Whisper, T5)"),
+    "model.is_multimodal": FactSpec("bool", "takes image, video or audio input"),
+    "model.quant_method": FactSpec("str", "quantization_config.quant_method (null: unquantized)",
+                                   nullable=True),
+    "model.dtype": FactSpec("str", "torch_dtype / dtype of the checkpoint"),
+    "model.pipeline": FactSpec("str", "diffusion pipeline class (_class_name of model_index.json)"),
+    "model.id": FactSpec("str", "hub id of the model, when the folder says it"),
+}
+
+_TYPE_WORDS = {"str": "a string", "version": "a version string such as \"12.8\"",
+               "int": "an integer", "number": "a number", "bool": "true or false",
+               "names": "a list of names"}
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+_NULL = ("none", "null")
+
+
+# --- the schema ---------------------------------------------------------------------------------
+
+def fact_spec(key: str) -> FactSpec | None:
+    """The spec of a fact key (`packages.<name>` included), or None when no such fact exists."""
+    spec = FACT_KEYS.get(key)
+    if spec is None and key.startswith(PACKAGE_PREFIX) and _PACKAGE_NAME.fullmatch(key[len(PACKAGE_PREFIX):]):
+        spec = FACT_KEYS[PACKAGE_PREFIX + "*"]
+    return spec
+
+
+def _spec_or_error(key: str, where: str) -> FactSpec:
+    spec = fact_spec(key)
+    if spec is not None:
+        return spec
+    close = difflib.get_close_matches(key, [k for k in FACT_KEYS if not k.endswith("*")], n=1)
+    hint = f"Did you mean {close[0]!r}? " if close else ""
+    raise UsageError(
+        f"{where}: unknown fact {key!r}. {hint}Facts are {', '.join(k for k in FACT_KEYS)} "
+        f"(packages.<import name> for installed libraries).")
+
+
+def type_problem(key: str, value: Any) -> str | None:
+    """Why `value` cannot be the fact `key` (a sentence fragment), or None when it can."""
+    spec = fact_spec(key)
+    if value is None:
+        return None if spec.nullable else f"{key} cannot be null"
+    checks = {
+        "str": lambda v: isinstance(v, str),
+        "version": lambda v: isinstance(v, str) and _VERSION.fullmatch(v) is not None,
+        "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+        "bool": lambda v: isinstance(v, bool),
+        "names": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+    }
+    if not checks[spec.type](value):
+        hint = ""
+        if spec.type == "version" and isinstance(value, (int, float)):
+            hint = f" (quote it: {key}: \"{value}\", or YAML reads it as a number)"
+        elif key == "gpu.sm" and isinstance(value, float):
+            hint = f" (compute capability {value} is written {round(value * 10)})"
+        return f"{key} must be {_TYPE_WORDS[spec.type]}, not {value!r}{hint}"
+    if spec.choices and value not in spec.choices:
+        return f"{key} must be one of {', '.join(spec.choices)}, not {value!r}"
+    return None
+
+
+def parse_fact(item: str) -> tuple[str, Any]:
+    """`--fact KEY=VALUE` -> (key, typed value). `none`/`null` is a known nothing where allowed."""
+    key, sep, text = item.partition("=")
+    key, text = key.strip(), text.strip()
+    if not sep or not key:
+        raise UsageError(f"--fact {item!r}: write KEY=VALUE, e.g. --fact gpu.sm=100 or --fact cuda=none.")
+    spec = _spec_or_error(key, f"--fact {item}")
+    value = _typed(spec, text)
+    problem = type_problem(key, value)
+    if problem:
+        raise UsageError(f"--fact {item}: {problem}.")
+    return key, value
+
+
+def _typed(spec: FactSpec, text: str) -> Any:
+    """Turn command-line text into the fact's type; what does not convert stays text and is
+    then rejected by `type_problem` with a message that names the expected type."""
+    lowered = text.lower()
+    if spec.type == "names":
+        return [] if lowered in _NULL or not text else [p.strip() for p in text.split(",") if p.strip()]
+    if lowered in _NULL:
+        return None
+    if spec.type == "bool":
+        return True if lowered in _TRUE else False if lowered in _FALSE else text
+    if spec.type in ("int", "number"):
+        for convert in (int, float) if spec.type == "number" else (int,):
+            try:
+                return convert(text)
+            except ValueError:
+                pass
+        try:
+            return float(text)  # an int fact given as 9.0: keep it a float so the hint can say 90
+        except ValueError:
+            return text
+    return text
+
+
+# --- combining and checking fact sets -----------------------------------------------------------
+
+def flatten(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Nested mappings to dotted keys: {"gpu": {"sm": 90}} -> {"gpu.sm": 90}; types checked."""
+    flat: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Mapping[str, Any]) -> None:
+        for name, value in node.items():
+            key = f"{prefix}{name}"
+            if isinstance(value, Mapping):
+                walk(key + ".", value)
+                continue
+            _spec_or_error(key, where)
+            if key in flat:
+                raise UsageError(f"{where}: fact {key!r} is set twice (once nested, once dotted); keep one.")
+            problem = type_problem(key, value)
+            if problem:
+                raise UsageError(f"{where}: {problem}.")
+            flat[key] = value
+
+    walk("", data)
+    return flat
+
+
+def contradictions(facts: Mapping[str, Any]) -> list[str]:
+    """Combinations no real machine has, as sentence fragments (empty when the facts make sense)."""
+    problems = []
+    for key, value in facts.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+            problems.append(f"{key} is {value}, and cannot be negative")
+    platform, count = facts.get("platform"), facts.get("gpu.count")
+    if platform in VENDOR_OF_PLATFORM and platform not in ("cpu", "mps") and count == 0:
+        problems.append(f"platform {platform} needs at least one GPU but gpu.count is 0")
+    if platform == "cpu" and isinstance(count, int) and count > 0:
+        problems.append(f"platform cpu has no GPUs but gpu.count is {count}")
+    if "gpu.vendor" in facts and platform in VENDOR_OF_PLATFORM \
+            and facts["gpu.vendor"] != VENDOR_OF_PLATFORM[platform]:
+        problems.append(f"gpu.vendor {facts['gpu.vendor']} does not match platform {platform} "
+                        f"(expected {VENDOR_OF_PLATFORM[platform] or 'null'})")
+    for key, own_platform in (("gpu.sm", "cuda"), ("cuda", "cuda"), ("gpu.gfx", "rocm"), ("rocm", "rocm")):
+        if facts.get(key) is not None and platform is not None and platform != own_platform:
+            problems.append(f"{key} is {facts[key]} but platform is {platform}, which has none "
+                            f"(set {key}=none)")
+    if platform == "cuda" and "gpu.sm" in facts and facts["gpu.sm"] is None:
+        problems.append("platform cuda needs gpu.sm (the compute capability, e.g. 90)")
+    sm = facts.get("gpu.sm")
+    if isinstance(sm, int) and not 30 <= sm <= 199:
+        problems.append(f"gpu.sm {sm} is not a compute capability written major*10+minor (9.0 is 90)")
+    return problems
+
+
+# --- presets and facts files ---------------------------------------------------------------------
+
+def list_presets() -> list[str]:
+    """Names of the simulated machines in rules/facts/, sorted."""
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    """The facts of one preset machine, sorted by key (a fresh dict each call)."""
+    return {k: list(v) if isinstance(v, list) else v for k, v in _preset(name).items()}
+
+
+@lru_cache(maxsize=None)
+def _preset(name: str) -> dict[str, Any]:
+    path = PRESETS_DIR / f"{name}.yaml"
+    if "/" in name or not path.is_file():
+        raise UsageError(_unknown_preset_message(name))
+    base, facts = _read_facts_file(path)
+    if base is not None:
+        raise UsageError(f"{path}: a preset describes a whole machine and cannot build on "
+                         f"another (remove 'preset: {base}').")
+    return dict(sorted(facts.items()))
+
+
+def _unknown_preset_message(name: str) -> str:
+    presets = list_presets()
+    close = difflib.get_close_matches(name, presets, n=1)
+    hint = f"Did you mean {close[0]!r}? " if close else ""
+    return (f"unknown facts preset {name!r}. {hint}Give a preset ({', '.join(presets)}), "
+            f"a YAML/JSON facts file, or 'probe' for this machine.")
+
+
+def _read_facts_file(path: Path) -> tuple[str | None, dict[str, Any]]:
+    """(the preset it builds on or None, its facts) for a YAML or JSON facts file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise UsageError(f"cannot read facts file {path}: {err}.") from None
+    try:
+        if path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            data = yaml.load(text, Loader=_Loader)
+    except json.JSONDecodeError as err:
+        raise UsageError(f"{path}, line {err.lineno}: not valid JSON ({err.msg}).") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}, line {mark.line + 1}" if mark else str(path)
+        problem = getattr(err, "problem", None) or "not valid YAML"
+        raise UsageError(f"{where}: not valid YAML ({problem}).") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: a facts file is a mapping of fact keys to values "
+                         f"(e.g. 'preset: h100' and 'gpu.sm: 100'), not a {type(data).__name__}.")
+    base = data.get("preset")
+    if base is not None and not isinstance(base, str):
+        raise UsageError(f"{path}: 'preset' names a preset (e.g. preset: h100), not {base!r}.")
+    facts = flatten({k: v for k, v in data.items() if k not in _FILE_META}, str(path))
+    return base, facts
+
+
+def _base_facts(spec: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(probed or preset facts, explicit facts) for a `--facts` value."""
+    if spec == "probe":
+        return probe(), {}
+    if spec in list_presets():
+        return load_preset(spec), {}
+    path = Path(spec).expanduser()
+    if path.is_file():
+        base, explicit = _read_facts_file(path)
+        if base is None:
+            return {}, explicit  # a file without `preset:` is the whole fact set
+        return (probe() if base == "probe" else load_preset(base)), explicit
+    if path.suffix in (".yaml", ".yml", ".json") or os.sep in spec:
+        raise UsageError(f"facts file {spec} does not exist. Give an existing YAML/JSON file, a "
+                         f"preset ({', '.join(list_presets())}), or 'probe'.")
+    raise UsageError(_unknown_preset_message(spec))
+
+
+def load_facts(spec: str = "probe", overrides: Sequence[str] = (), model_path: str | None = None,
+               system: str = "llm") -> dict[str, Any]:
+    """The facts to resolve against, sorted by key.
+
+    Layered, later wins: the machine (probe, preset, or the preset a facts file names), then the
+    model folder's facts, then the facts file's own values, then each `--fact KEY=VALUE`. Raises
+    UsageError for an unknown preset or key, a bad value, or facts no machine could have.
+    """
+    base, explicit = _base_facts(spec)
+    facts = {**base, **model_facts(model_path, system), **explicit}
+    facts.update(parse_fact(item) for item in overrides)
+    facts = {k: v for k, v in facts.items() if not (k.startswith(PACKAGE_PREFIX) and v is None)}
+    problems = contradictions(facts)
+    if problems:
+        given = f"--facts {spec}" + "".join(f" --fact {o}" for o in overrides)
+        raise UsageError(
+            f"impossible facts from {given}: {'; '.join(problems)}. Correct the facts file or "
+            f"--fact values, or start from a preset that matches the machine "
+            f"({', '.join(list_presets())}).")
+    return dict(sorted(facts.items()))
+
+
+# --- probing this machine ------------------------------------------------------------------------
+
+# Libraries the rules care about, by import name, with the distributions that provide them.
+KNOWN_PACKAGES: dict[str, tuple[str, ...]] = {
+    "flashinfer": ("flashinfer-python", "flashinfer"),
+    "sgl_kernel": ("sgl-kernel",),
+    "deep_gemm": ("deep-gemm",),
+    "deep_ep": ("deep-ep",),
+    "flash_attn": ("flash-attn",),
+    "flash_mla": ("flash-mla",),
+    "aiter": ("amd-aiter", "aiter"),
+    "triton": ("triton", "pytorch-triton-rocm", "pytorch-triton-xpu"),
+    "xgrammar": ("xgrammar",),
+    "llguidance": ("llguidance",),
+    "outlines": ("outlines",),
+    "mooncake": ("mooncake-transfer-engine",),
+    "nixl": ("nixl",),
+    "modelopt": ("nvidia-modelopt",),
+    "lmcache": ("lmcache",),
+    "torch_npu": ("torch-npu",),
+}
+# An accelerator is reachable only through one of these device nodes (or Metal on macOS). Without
+# any of them torch cannot see a GPU, so probe answers without paying seconds to import it.
+_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia[0-9]*", "/dev/kfd", "/dev/davinci[0-9]*",
+                 "/dev/dri/renderD*", "/dev/dxg")
+_UNKNOWN_VERSION = "0+unknown"  # importable, but no distribution metadata says which version
+_UNKNOWN = object()  # a probe step found the fact undeterminable: `probe()` drops the key
+
+
+def probe() -> dict[str, Any]:
+    """The facts of this machine, sorted by key. Never raises: what cannot be determined is left
+    out (unknown), and a torch that is missing or broken means CPU facts."""
+    facts: dict[str, Any] = {
+        "platform": "cpu", "cuda": None, "rocm": None, "torch": _strip_local(_dist_version("torch")),
+        "gpu.vendor": None, "gpu.name": None, "gpu.sm": None, "gpu.gfx": None, "gpu.count": 0,
+        "gpu.mem_gib": None, "interconnect.nvlink": False, "interconnect.p2p": False,
+        "interconnect.mnnvl": False,
+    }
+    facts.update(_host_facts())
+    facts.update(_package_facts())
+    if facts["torch"] is not None and _accelerator_may_exist():
+        facts.update(_torch_facts())
+    return dict(sorted((k, v) for k, v in facts.items() if v is not _UNKNOWN))
+
+
+def _accelerator_may_exist() -> bool:
+    return sys.platform == "darwin" or any(glob.glob(pattern) for pattern in _DEVICE_NODES)
+
+
+def _dist_version(*dists: str) -> str | None:
+    from importlib import metadata
+
+    for dist in dists:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _strip_local(version: str | None) -> str | None:
+    """'2.8.0+cu128' -> '2.8.0': the build tag is already in the `cuda` / `rocm` facts."""
+    return version.split("+")[0] if version else version
+
+
+def _package_facts() -> dict[str, str]:
+    """Installed kernel libraries: importable (found without importing them) plus their version."""
+    facts = {}
+    for name, dists in KNOWN_PACKAGES.items():
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if found:
+            facts[PACKAGE_PREFIX + name] = _dist_version(*dists) or _UNKNOWN_VERSION
+    return facts
+
+
+def _host_facts() -> dict[str, Any]:
+    facts: dict[str, Any] = {}
+    try:
+        pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        facts["host.ram_gib"] = round(pages * page_size / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        pass
+    if sys.platform.startswith("linux"):
+        ib = Path("/sys/class/infiniband")
+        facts["interconnect.ib"] = sorted(p.name for p in ib.iterdir()) if ib.is_dir() else []
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+            flags = next((line for line in cpuinfo.splitlines() if line.startswith("flags")), "")
+            facts["host.amx"] = "amx_tile" in flags.split()
+        except OSError:
+            pass
+    return facts
+
+
+def _torch_facts() -> dict[str, Any]:
+    """Device facts through torch; {} (the CPU facts stand) if torch fails in any way."""
+    try:
+        import torch
+
+        facts: dict[str, Any] = {"torch": _strip_local(torch.__version__)}
+        if torch.cuda.is_available() and getattr(torch.version, "hip", None):
+            facts.update(_cuda_api_facts(torch, "rocm"))
+        elif torch.cuda.is_available() and torch.version.cuda:
+            facts.update(_cuda_api_facts(torch, "cuda"))
+        elif hasattr(torch, "xpu") and torch.xpu.is_available():
+            facts.update(_xpu_facts(torch))
+        elif _npu_available(torch):
+            facts.update({"platform": "npu", "gpu.vendor": "huawei", "gpu.count": torch.npu.device_count(),
+                          "gpu.name": torch.npu.get_device_name(0)})
+        elif torch.backends.mps.is_available():
+            facts.update({"platform": "mps", "gpu.vendor": "apple", "gpu.count": 1, "gpu.name": "Apple MPS"})
+        return facts
+    except Exception:  # a broken torch install must not break `accord resolve`
+        return {}
+
+
+def _major_minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def _cuda_api_facts(torch: Any, platform: str) -> dict[str, Any]:
+    """NVIDIA and AMD GPUs both answer through torch.cuda; memory is the smallest GPU's, as the
+    memory-tier rules expect."""
+    count = torch.cuda.device_count()
+    props = [torch.cuda.get_device_properties(i) for i in range(count)]
+    facts: dict[str, Any] = {
+        "platform": platform, "gpu.vendor": VENDOR_OF_PLATFORM[platform], "gpu.count": count,
+        "gpu.name": props[0].name, "gpu.mem_gib": round(min(p.total_memory for p in props) / 2**30, 1),
+        "interconnect.p2p": count > 1 and all(torch.cuda.can_device_access_peer(i, j)
+                                              for i in range(count) for j in range(count) if i != j),
+    }
+    if platform == "rocm":
+        facts["rocm"] = _major_minor(torch.version.hip)
+        facts["gpu.gfx"] = props[0].gcnArchName.split(":")[0]
+    else:
+        major, minor = torch.cuda.get_device_capability(0)
+        facts["cuda"] = _major_minor(torch.version.cuda)
+        facts["gpu.sm"] = major * 10 + minor
+        facts.update(_nvml_facts(count))
+    return facts
+
+
+def _xpu_facts(torch: Any) -> dict[str, Any]:
+    count = torch.xpu.device_count()
+    props = [torch.xpu.get_device_properties(i) for i in range(count)]
+    return {"platform": "xpu", "gpu.vendor": "intel", "gpu.count": count, "gpu.name": props[0].name,
+            "gpu.mem_gib": round(min(p.total_memory for p in props) / 2**30, 1)}
+
+
+def _npu_available(torch: Any) -> bool:
+    if importlib.util.find_spec("torch_npu") is None:
+        return False
+    import torch_npu  # noqa: F401  (registers torch.npu)
+
+    return torch.npu.is_available()
+
+
+def _nvml_facts(count: int) -> dict[str, Any]:
+    """NVLink between every GPU pair and multi-node NVLink membership, from NVML (nvidia-ml-py).
+    Without NVML both stay unknown: NVLink cannot be told from PCIe through torch alone."""
+    try:
+        import ctypes
+
+        import pynvml
+    except ImportError:
+        return {"interconnect.nvlink": _UNKNOWN, "interconnect.mnnvl": _UNKNOWN}
+    try:
+        pynvml.nvmlInit()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        nvlink = count > 1 and all(
+            pynvml.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_NVLINK) == pynvml.NVML_P2P_STATUS_OK
+            for a in handles for b in handles if a is not b)
+        facts: dict[str, Any] = {"interconnect.nvlink": nvlink, "interconnect.mnnvl": _UNKNOWN}
+        try:
+            fabric = pynvml.c_nvmlGpuFabricInfo_t()
+            pynvml.nvmlDeviceGetGpuFabricInfo(handles[0], ctypes.byref(fabric))
+            facts["interconnect.mnnvl"] = (fabric.state == pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
+                                           and any(bytes(fabric.clusterUuid)))
+        except Exception:  # drivers before 525 and older bindings have no fabric query
+            pass
+        pynvml.nvmlShutdown()
+        return facts
+    except Exception:
+        return {"interconnect.nvlink": _UNKNOWN, "interconnect.mnnvl": _UNKNOWN}

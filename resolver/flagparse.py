@@ -1,0 +1,448 @@
+"""The SGLang-compatible command line, generated from the flag catalog.
+
+Every option string of the seeds parses here exactly as upstream spells it: aliases, `--no-x`
+negations, nargs lists, JSON values, human-readable integers, deprecated spellings (mapped to the
+flag they now set, with a warning) and a few explicit short forms (`--tp`). Unlike upstream there
+is no prefix matching (`--enable-dp` must not silently mean `--enable-dp-attention`): an unknown
+spelling is an error that names the nearest real ones.
+
+The result keeps only what the user set, with where each value came from (the command line or a
+`--config` file; the command line wins), because a user value is a hard constraint for the solver
+while everything else is the solver's to choose.
+
+The parser for a system is built once per process (per calling command) and cached: loading the
+catalog and building ~600 argparse actions must cost only milliseconds on a cold `accord resolve`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import functools
+import os
+import re
+from typing import Any, Callable
+
+from resolver.catalog import SYSTEMS, Catalog, DeprecatedSpelling, Flag, load_catalog
+from resolver.configfile import read_config
+from resolver.errors import UsageError
+from resolver.flagvalues import BadValue, convert_data, convert_text, describe_expected, usage_error
+
+AddOptions = Callable[[argparse.ArgumentParser], None]
+
+_STATE = "_accord_collected"
+_UNSET = object()  # a config entry that sets nothing (a switch written as false)
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+_METAVAR = {"int": "N", "float": "X", "str": "TEXT", "json": "JSON", "json_or_str": "VALUE", "bool": "BOOL"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedFlags:
+    """The flags a user set (command line or config file), typed, by dest, with their sources."""
+
+    system: str
+    values: dict[str, Any]
+    sources: dict[str, str]  # dest -> "cli" | "config:<path>"
+    warnings: tuple[str, ...]
+
+
+class _Collected:
+    """What the catalog actions saw during one parse: values by dest, and warnings in order."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.warnings: list[str] = []
+
+    def store(self, dest: str, value: Any, warnings: list[str]) -> None:
+        self.values[dest] = value
+        self.warnings.extend(warnings)
+
+
+# --------------------------------------------------------------------------------------------------
+# System detection
+# --------------------------------------------------------------------------------------------------
+
+
+def _option_value(argv: list[str], names: tuple[str, ...]) -> str | None:
+    """The value of the last `--name V` / `--name=V` in argv, without parsing anything else."""
+    found = None
+    for i, word in enumerate(argv):
+        name, eq, rest = word.partition("=")
+        if name in names:
+            if eq:
+                found = rest
+            elif i + 1 < len(argv):
+                found = argv[i + 1]
+    return found
+
+
+def detect_system(argv: list[str]) -> str:
+    """`--system` when given; else diffusion for a local model folder with model_index.json; else llm."""
+    given = _option_value(argv, ("--system",))
+    if given is not None:
+        if given not in SYSTEMS:
+            raise UsageError(f"unknown system {given!r} for --system; use one of: {', '.join(SYSTEMS)}.")
+        return given
+    model = _option_value(argv, ("--model-path", "--model"))
+    if model and os.path.isfile(os.path.join(os.path.expanduser(model), "model_index.json")):
+        return "diffusion"
+    return "llm"
+
+
+# --------------------------------------------------------------------------------------------------
+# argparse actions: each records into the _Collected on the namespace, never into the namespace
+# --------------------------------------------------------------------------------------------------
+
+
+def _state(namespace: argparse.Namespace) -> _Collected:
+    return getattr(namespace, _STATE)
+
+
+class _ValueAction(argparse.Action):
+    """A spelling that takes a value (or a list of values) and stores it, converted, under a dest."""
+
+    def __init__(self, option_strings, dest, *, flag: Flag, required_values: bool, warning: str = "", **kwargs):
+        super().__init__(option_strings, dest, default=argparse.SUPPRESS, **kwargs)
+        self.flag = flag
+        self.required_values = required_values
+        self.warning = warning
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        flag = self.flag
+        if values is None or (isinstance(values, list) and not values and self.required_values):
+            if flag.type == "bool" and values is None:
+                _state(namespace).store(flag.name, True, _listed(self.warning))
+                return
+            if flag.const is not None and values is None:
+                _state(namespace).store(flag.name, flag.const, _listed(self.warning))
+                return
+            raise UsageError(f"{option_string} needs a value: {describe_expected(flag)}.")
+        words = values if isinstance(values, list) else [values]
+        converted, warnings = [], _listed(self.warning)
+        for word in words:
+            try:
+                value, notes = convert_text(flag, word)
+            except BadValue as err:
+                raise usage_error(option_string, word, err) from None
+            converted.append(value)
+            warnings.extend(notes)
+        _state(namespace).store(flag.name, converted if isinstance(values, list) else converted[0], warnings)
+
+
+class _ConstAction(argparse.Action):
+    """A switch (no value) that stores a fixed value: True, False for `--no-x`, or a mapped value."""
+
+    def __init__(self, option_strings, dest, *, flag: Flag, value: Any, warning: str = "", **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+        self.flag = flag
+        self.value = value
+        self.warning = warning
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _state(namespace).store(self.flag.name, self.value, _listed(self.warning))
+
+
+class _RetiredAction(argparse.Action):
+    """A deprecated switch that no longer does anything: warns, or fails when the seed refuses it."""
+
+    def __init__(self, option_strings, dest, *, flag: Flag, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+        self.flag = flag
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _state(namespace).warnings.append(_retired_message(self.flag, option_string))
+
+
+def _listed(warning: str) -> list[str]:
+    return [warning] if warning else []
+
+
+# --------------------------------------------------------------------------------------------------
+# Deprecation wording (shared by the command line and config files)
+# --------------------------------------------------------------------------------------------------
+
+
+def _spelling_warning(flag: Flag, spelling: DeprecatedSpelling, used: str) -> str:
+    target = spelling.replacement or (
+        f"{flag.primary}={spelling.value}" if spelling.value not in (None, True) else flag.primary
+    )
+    return f"{used} is deprecated; use {target} instead (it sets {flag.name})."
+
+
+def _flag_warning(flag: Flag, used: str) -> str:
+    replacement = (flag.deprecated or {}).get("replacement")
+    advice = f"use {replacement} instead" if replacement else "it may be removed"
+    return f"{used} is deprecated; {advice}."
+
+
+def _retired_message(flag: Flag, used: str) -> str:
+    """Warning for an ignored flag; raises for a removed one (the seed exits with an error)."""
+    deprecated = flag.deprecated or {}
+    replacement = deprecated.get("replacement")
+    if deprecated.get("removed"):
+        raise UsageError(f"{used} was removed and no longer works; use {replacement} instead.")
+    advice = f" Use {replacement} instead." if replacement else ""
+    return f"{used} is deprecated and has no effect; it was ignored.{advice}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Building the parser
+# --------------------------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError instead of printing usage and exiting (except for --help)."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's hook
+        raise UsageError(f"{message}. Run `{self.prog} --help` for usage.")
+
+
+def _help(flag: Flag, extra: str = "") -> str:
+    text = flag.help or ""
+    if extra:
+        text = f"{extra} {text}".strip()
+    return text.replace("%", "%%")
+
+
+def _metavar(flag: Flag) -> str:
+    if flag.choices and len(flag.choices) <= 6:
+        return "{" + ",".join(str(c) for c in flag.choices) + "}"
+    kind = flag.element if flag.type == "list" else flag.type
+    return "NAME" if flag.choices else _METAVAR.get(kind or "str", "VALUE")
+
+
+def _value_kwargs(flag: Flag) -> dict[str, Any]:
+    """nargs for a value-taking spelling. Missing values are reported by the action, not argparse."""
+    if flag.type == "list":
+        return {"nargs": "*", "required_values": flag.nargs != "*"}
+    return {"nargs": "?", "required_values": True}
+
+
+def _add_flag(group: argparse._ArgumentGroup, flag: Flag) -> None:
+    deprecated = flag.deprecated or {}
+    current = flag.flags + flag.short_forms
+    if current:
+        if deprecated.get("ignored") or deprecated.get("removed"):
+            group.add_argument(*current, action=_RetiredAction, flag=flag, help=_help(flag, "(deprecated, ignored)"))
+        else:
+            warning = _flag_warning(flag, current[0]) if deprecated else ""
+            if flag.type == "bool" and not flag.value_optional:
+                group.add_argument(*current, action=_ConstAction, flag=flag, value=True, warning=warning, help=_help(flag))
+            else:
+                group.add_argument(
+                    *current, action=_ValueAction, flag=flag, warning=warning, metavar=_metavar(flag),
+                    help=_help(flag), **_value_kwargs(flag),
+                )
+    if flag.negated:
+        group.add_argument(*flag.negated, action=_ConstAction, flag=flag, value=False, help=argparse.SUPPRESS)
+    for spelling in flag.deprecated_spellings:
+        warning = _spelling_warning(flag, spelling, spelling.flag)
+        if spelling.value is not None:
+            group.add_argument(
+                spelling.flag, action=_ConstAction, flag=flag, value=spelling.value, warning=warning,
+                help=argparse.SUPPRESS,
+            )
+        else:
+            group.add_argument(
+                spelling.flag, action=_ValueAction, flag=flag, warning=warning, metavar=_metavar(flag),
+                help=argparse.SUPPRESS, **_value_kwargs(flag),
+            )
+
+
+@functools.lru_cache(maxsize=16)
+def _build(system: str, add_options: AddOptions | None, prog: str) -> tuple[_Parser, Catalog]:
+    catalog = load_catalog(system)
+    parser = _Parser(
+        prog=prog, allow_abbrev=False,
+        description=f"Flags of the {system} server (see `accord flags --system {system}`).",
+    )
+    own = parser.add_argument_group("accord")
+    own.add_argument("--system", metavar="{" + ",".join(SYSTEMS) + "}",
+                     help="Which server's flags to use (default: inferred from --model-path, else llm).")
+    own.add_argument("--config", metavar="FILE",
+                     help="Read flags from a YAML or JSON file of flag: value pairs; the command line wins.")
+    if add_options is not None:
+        add_options(parser)
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for flag in catalog:
+        if flag.meta:
+            continue
+        if flag.group not in groups:
+            groups[flag.group] = parser.add_argument_group(f"{system} flags: {flag.group}")
+        _add_flag(groups[flag.group], flag)
+    return parser, catalog
+
+
+# --------------------------------------------------------------------------------------------------
+# Unknown words on the command line
+# --------------------------------------------------------------------------------------------------
+
+
+def _known_spellings(catalog: Catalog) -> list[str]:
+    return sorted({s for flag in catalog if not flag.meta for s in flag.option_strings} | {"--system", "--config"})
+
+
+def suggest(word: str, spellings: list[str]) -> list[str]:
+    """Nearest real spellings: longer spellings it is a prefix of, then similar ones (at most 3)."""
+    normal = word.replace("_", "-")
+    if normal != word and normal in spellings:
+        return [normal]
+    longer = [s for s in spellings if s.startswith(normal) and s != normal][:3]
+    similar = difflib.get_close_matches(normal, spellings, n=3, cutoff=0.75)
+    out: list[str] = []
+    for candidate in longer + similar:
+        if candidate not in out:
+            out.append(candidate)
+    return out[:3]
+
+
+def _unknown_word_error(word: str, argv: list[str], parser: _Parser, catalog: Catalog) -> UsageError:
+    if word.startswith("-") and not _NEGATIVE_NUMBER.match(word):
+        name = word.split("=", 1)[0]
+        close = suggest(name, _known_spellings(catalog))
+        hint = f"; did you mean {' or '.join(close)}?" if close else "."
+        return UsageError(
+            f"unknown flag {name}{hint} Accord accepts only full spellings (no prefixes); search with "
+            f"`accord flags --system {catalog.system} WORD`."
+        )
+    index = argv.index(word) if word in argv else -1
+    before = argv[index - 1] if index > 0 else ""
+    action = parser._option_string_actions.get(before.split("=", 1)[0])
+    if isinstance(action, (_ConstAction, _RetiredAction)):
+        return UsageError(f"unexpected value {word!r}: {before} is a switch and takes no value.")
+    return UsageError(f"unexpected argument {word!r}: every value must follow the flag it belongs to.")
+
+
+# --------------------------------------------------------------------------------------------------
+# Config files
+# --------------------------------------------------------------------------------------------------
+
+
+def _spelling_index(catalog: Catalog) -> dict[str, tuple[Flag, str, DeprecatedSpelling | None]]:
+    """option string -> (flag, role, deprecated spelling) with role current|negated|deprecated."""
+    index: dict[str, tuple[Flag, str, DeprecatedSpelling | None]] = {}
+    for flag in catalog:
+        for s in flag.flags + flag.short_forms:
+            index[s] = (flag, "current", None)
+        for s in flag.negated:
+            index[s] = (flag, "negated", None)
+        for spelling in flag.deprecated_spellings:
+            index[spelling.flag] = (flag, "deprecated", spelling)
+    return index
+
+
+def _read_config_values(path: str, catalog: Catalog) -> tuple[dict[str, Any], list[str]]:
+    """Typed values by dest from a config file, plus warnings. Keys: dests or spellings without dashes."""
+    index = _spelling_index(catalog)
+    values: dict[str, Any] = {}
+    warnings: list[str] = []
+    for entry in read_config(path):
+        where = f"config file {path}, line {entry.line}"
+        key = entry.key.lstrip("-")
+        found = index.get("--" + key.replace("_", "-"))
+        if found is None and key.replace("-", "_") in catalog:
+            flag = catalog[key.replace("-", "_")]
+            found = (flag, "current", None)
+        if found is None:
+            close = suggest("--" + key.replace("_", "-"), _known_spellings(catalog))
+            names = [c.lstrip("-").replace("-", "_") for c in close]
+            hint = f"; did you mean {' or '.join(repr(n) for n in names)}?" if names else "."
+            raise UsageError(f"{where}: unknown key {entry.key!r}{hint} Keys are flag names such as tp_size or tp-size.")
+        flag, role, spelling = found
+        if flag.meta:
+            raise UsageError(f"{where}: key {entry.key!r} cannot be set inside a config file.")
+        if isinstance(entry.value, dict) and flag.type != "json":
+            raise UsageError(
+                f"{where}: key {entry.key!r} holds a nested mapping; config files are flat, one flag per "
+                f"key (e.g. tp_size: 2), and only JSON-valued flags take a mapping."
+            )
+        value, notes = _config_value(flag, role, spelling, entry.key, entry.value, where)
+        warnings.extend(f"{path}: {note}" for note in notes)
+        if value is not _UNSET:
+            values[flag.name] = value
+    return values, warnings
+
+
+def _config_value(flag: Flag, role: str, spelling: DeprecatedSpelling | None, key: str, raw: Any, where: str):
+    """(value, warnings) for one config entry; the value is _UNSET when the entry sets nothing.
+
+    Switch-like spellings follow the upstream config merger: `true` applies the switch, `false` on
+    a deprecated or retired switch leaves everything unset, `false` on a bool flag stores False.
+    """
+    deprecated = flag.deprecated or {}
+    if deprecated.get("ignored") or deprecated.get("removed"):
+        return _UNSET, ([] if raw is False else [_retired_message(flag, key)])
+    notes: list[str] = []
+    if role == "deprecated":
+        notes.append(_spelling_warning(flag, spelling, key))
+        if spelling.value is not None:
+            return (spelling.value if _config_bool(key, raw, where) else _UNSET), notes
+    elif deprecated:
+        notes.append(_flag_warning(flag, key))
+    if role == "negated":
+        return (not _config_bool(key, raw, where)), notes
+    try:
+        value, more = convert_data(flag, raw)
+    except BadValue as err:
+        raise usage_error(f"{key} ({where})", raw, err) from None
+    return value, notes + more
+
+
+def _config_bool(key: str, raw: Any, where: str) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    raise UsageError(f"invalid value {raw!r} for {key} ({where}): expected true or false.")
+
+
+# --------------------------------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------------------------------
+
+
+def parse_flags(
+    argv: list[str],
+    system: str | None = None,
+    add_options: AddOptions | None = None,
+    prog: str = "accord",
+) -> tuple[argparse.Namespace, ParsedFlags]:
+    """Parse a launch command: (the command's own options, the catalog flags the user set).
+
+    The namespace holds only what `add_options` added plus `system` and `config`. Bad input raises
+    UsageError (exit 2) with a one-paragraph message; `--help` prints help and exits 0.
+    """
+    argv = list(argv)
+    detected = detect_system(argv)
+    if system is None:
+        system = detected
+    elif system not in SYSTEMS:
+        raise UsageError(f"unknown system {system!r}; use one of: {', '.join(SYSTEMS)}.")
+    elif _option_value(argv, ("--system",)) not in (None, system):
+        raise UsageError(f"--system {detected} contradicts this command, which works on the {system} system.")
+    parser, catalog = _build(system, add_options, prog)
+
+    namespace = argparse.Namespace(**{_STATE: _Collected()})
+    namespace, extras = parser.parse_known_args(argv, namespace)
+    if extras:
+        raise _unknown_word_error(extras[0], argv, parser, catalog)
+    collected: _Collected = getattr(namespace, _STATE)
+    delattr(namespace, _STATE)
+    namespace.system = system
+
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    warnings: list[str] = []
+    if namespace.config:
+        from_file, file_warnings = _read_config_values(namespace.config, catalog)
+        values.update(from_file)
+        sources.update({dest: f"config:{namespace.config}" for dest in from_file})
+        warnings.extend(file_warnings)
+    values.update(collected.values)
+    sources.update({dest: "cli" for dest in collected.values})
+    warnings.extend(collected.warnings)
+    return namespace, ParsedFlags(
+        system=system,
+        values=values,
+        sources=sources,
+        warnings=tuple(dict.fromkeys(warnings)),
+    )

@@ -1,0 +1,192 @@
+"""Turning one flag value, as typed on the command line or written in a config file, into data.
+
+Both the argparse actions and the `--config` loader go through here, so a value means the same
+thing wherever it comes from and a bad one gets the same message: which flag, which value, and
+what would have been legal. Nothing here knows argparse.
+"""
+
+from __future__ import annotations
+
+import decimal
+import difflib
+import json
+import re
+from typing import Any
+
+from resolver.catalog import Flag
+from resolver.errors import UsageError
+
+# The seed's human-readable integers: lower-case suffixes count in thousands and allow a fraction
+# ("25.6k" is 25600), upper-case suffixes count in powers of 1024 and do not ("1K" is 1024).
+_DECIMAL_SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY_SUFFIX = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kmgtKMGT])")
+_TRUE_WORDS = ("true",)
+_FALSE_WORDS = ("false",)
+
+
+class BadValue(ValueError):
+    """A value that does not fit a flag; `expected` says what would have (e.g. "an integer")."""
+
+    def __init__(self, expected: str, hint: str = ""):
+        super().__init__(expected)
+        self.expected = expected
+        self.hint = hint
+
+
+def parse_human_int(text: str) -> int:
+    """Read "32768", "32k" (32000), "32K" (32768) or "1.5m" (1500000) as an integer."""
+    text = text.strip()
+    match = _HUMAN_INT.fullmatch(text)
+    if not match:
+        return int(text)
+    number, suffix = match.groups()
+    if suffix in _BINARY_SUFFIX:
+        if "." in number:
+            raise BadValue(_expected_int(True), f"A fraction needs a decimal suffix: did you mean {number}{suffix.lower()}?")
+        return int(number) * _BINARY_SUFFIX[suffix]
+    return int(decimal.Decimal(number) * _DECIMAL_SUFFIX[suffix])
+
+
+def _expected_int(human: bool) -> str:
+    if human:
+        return "an integer, optionally with a suffix k/m/g/t (x1000) or K/M/G/T (x1024), e.g. 32k"
+    return "an integer"
+
+
+def describe_expected(flag: Flag) -> str:
+    """What a flag accepts, in words, for error messages and `accord flags`."""
+    kind = flag.element if flag.type == "list" else flag.type
+    if flag.choices:
+        return "one of: " + ", ".join(str(c) for c in flag.choices)
+    return {
+        "int": _expected_int(flag.human_int),
+        "float": "a number",
+        "bool": "true or false",
+        "json": "JSON text",
+        "json_or_str": "a string or a JSON object",
+    }.get(kind or "str", "a string")
+
+
+def _element_kind(flag: Flag) -> str:
+    if flag.type == "list":
+        return flag.element or "str"
+    return flag.type
+
+
+def _choice_type(flag: Flag) -> type:
+    """Choice lists of integers (e.g. --log-requests-level 0..3) compare as integers."""
+    if flag.choices and all(isinstance(c, int) and not isinstance(c, bool) for c in flag.choices):
+        return int
+    return str
+
+
+def convert_text(flag: Flag, text: str) -> tuple[Any, list[str]]:
+    """One command-line word for `flag` (one element, for list flags) -> (value, warnings)."""
+    kind = _element_kind(flag)
+    try:
+        if kind == "int":
+            return (parse_human_int(text) if flag.human_int else int(text)), []
+        if kind == "float":
+            return float(text), []
+        if kind == "bool":
+            return _parse_bool(text), []
+        if kind == "json":
+            return json.loads(text), []
+        if kind == "json_or_str":
+            return (json.loads(text) if text.lstrip().startswith("{") else text), []
+        if kind == "enum" or flag.choices:
+            return _check_choice(flag, _choice_type(flag)(text))
+        return text, []
+    except BadValue:
+        raise
+    except json.JSONDecodeError as err:
+        raise BadValue(f"JSON text ({err.msg} at column {err.colno})") from None
+    except ValueError:
+        raise BadValue(describe_expected(flag), _close_choice(flag, text)) from None
+
+
+def convert_data(flag: Flag, value: Any) -> tuple[Any, list[str]]:
+    """A value read from a YAML/JSON config file -> (typed value, warnings).
+
+    Text goes through the command-line conversion (so "32k" and "8" work); numbers, booleans,
+    lists and mappings must already have the flag's type.
+    """
+    if value is None:
+        if flag.nullable:
+            return None, []
+        raise BadValue(describe_expected(flag), "This flag has no 'unset' value; remove the key instead.")
+    if flag.type == "list":
+        items = value if isinstance(value, list) else [value]
+        converted, warnings = [], []
+        for item in items:
+            one, notes = _convert_scalar_data(flag, item)
+            converted.append(one)
+            warnings.extend(notes)
+        return converted, warnings
+    if flag.type == "json":
+        return convert_text(flag, value) if isinstance(value, str) else (value, [])
+    return _convert_scalar_data(flag, value)
+
+
+def _convert_scalar_data(flag: Flag, value: Any) -> tuple[Any, list[str]]:
+    kind = _element_kind(flag)
+    if isinstance(value, str):
+        return convert_text(flag, value)
+    if isinstance(value, (dict, list)) and kind != "json_or_str":
+        raise BadValue(describe_expected(flag))
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value, []
+        raise BadValue(describe_expected(flag))
+    if isinstance(value, bool):
+        raise BadValue(describe_expected(flag))
+    if kind == "int" and isinstance(value, int):
+        return value, []
+    if kind == "float" and isinstance(value, (int, float)):
+        return float(value), []
+    if kind in ("str", "json_or_str"):
+        return (value if isinstance(value, dict) else str(value)), []
+    if kind == "enum" or flag.choices:
+        return _check_choice(flag, value)
+    raise BadValue(describe_expected(flag))
+
+
+def _parse_bool(text: str) -> bool:
+    word = text.strip().lower()
+    if word in _TRUE_WORDS:
+        return True
+    if word in _FALSE_WORDS:
+        return False
+    raise BadValue("true or false")
+
+
+def _check_choice(flag: Flag, value: Any) -> tuple[Any, list[str]]:
+    """Reject a value outside a closed choice list; accept one outside an extensible list.
+
+    An extensible list is one the seed lets plugins (or a runtime registry such as the reasoning
+    parsers) extend. Accord cannot see those additions, so rejecting the value would break launch
+    commands that work upstream; it is accepted with a warning that still shows near-misses, and
+    rules that test the flag see the value as given.
+    """
+    if value in flag.choices:
+        return value, []
+    if flag.extensible:
+        hint = _close_choice(flag, str(value))
+        note = f"{value!r} is not among the {flag.primary} values Accord knows ({', '.join(map(str, flag.choices))}); accepted because that list can be extended at runtime."
+        return value, [f"{note} {hint}".strip()]
+    raise BadValue(describe_expected(flag), _close_choice(flag, str(value)))
+
+
+def _close_choice(flag: Flag, text: str) -> str:
+    if not flag.choices:
+        return ""
+    close = difflib.get_close_matches(text, [str(c) for c in flag.choices], n=1, cutoff=0.6)
+    return f"Did you mean {close[0]!r}?" if close else ""
+
+
+def usage_error(where: str, text: Any, err: BadValue) -> UsageError:
+    """The one-paragraph message for a bad value: where it was given, the value, what is legal."""
+    shown = text if isinstance(text, str) else json.dumps(text)
+    message = f"invalid value {shown!r} for {where}: expected {err.expected}."
+    return UsageError(f"{message} {err.hint}".strip())

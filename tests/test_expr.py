@@ -1,0 +1,98 @@
+"""The rule expression language: what it accepts, what it refuses, and how unknown facts behave."""
+
+import pytest
+
+from resolver.expr import ExpressionError, UnknownFact, parse, version
+
+
+class Env:
+    def __init__(self, flags=None, facts=None, user=()):
+        self.flags, self.facts, self.user = flags or {}, facts or {}, set(user)
+
+    def flag(self, name):
+        return self.flags.get(name)
+
+    def fact(self, key):
+        if key not in self.facts:
+            raise UnknownFact(key)
+        return self.facts[key]
+
+    def is_set(self, name):
+        return name in self.user
+
+
+def test_names_split_into_flags_and_facts():
+    expr = parse("tp_size % dp_size == 0 and gpu.sm >= 90 and platform == 'cuda'")
+    assert expr.flags == {"tp_size", "dp_size"}
+    assert expr.facts == {"gpu.sm", "platform"}
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("tp_size * 2 + 1", 17),
+    ("tp_size // 3", 2),
+    ("attention_backend in ('fa3', 'flashinfer')", True),
+    ("attention_backend not in ['fa3']", True),
+    ("8192 if gpu.mem_gib >= 60 else 2048", 8192),
+    ("min(tp_size, 4)", 4),
+    ("max(missing_flag, 3)", 3),
+    ("pow2_floor(12)", 8),
+    ("startswith(model.architecture, 'Deepseek')", True),
+    ("contains(model.architecture, 'V3')", True),
+    ("known(gpu.sm) and not known(model.head_dim)", True),
+    ("is_set(tp_size) and not is_set(dp_size)", True),
+    ("version(cuda) >= version('12.8')", True),
+    ("version(torch) < version('2.8')", False),
+    ("-tp_size", -8),
+])
+def test_evaluation(source, expected):
+    env = Env({"tp_size": 8, "attention_backend": "flashinfer", "dp_size": None},
+              {"gpu.mem_gib": 80, "gpu.sm": 90, "cuda": "12.9", "torch": "2.8.0+cu128",
+               "model.architecture": "DeepseekV3ForCausalLM"}, user={"tp_size"})
+    assert parse(source)(env) == expected
+
+
+def test_none_is_forgiving_in_ordering_and_arithmetic():
+    env = Env({"chunked_prefill_size": None})
+    assert parse("chunked_prefill_size > 0")(env) is False
+    assert parse("chunked_prefill_size <= 0")(env) is False
+    assert parse("chunked_prefill_size * 2")(env) is None
+    assert parse("chunked_prefill_size is None")(env) is True
+
+
+def test_unknown_fact_raises_and_short_circuit_avoids_it():
+    with pytest.raises(UnknownFact) as err:
+        parse("model.num_attention_heads % tp_size == 0")(Env({"tp_size": 2}))
+    assert err.value.key == "model.num_attention_heads"
+    assert parse("known(model.num_attention_heads) and model.num_attention_heads > 1")(Env()) is False
+
+
+@pytest.mark.parametrize("source", [
+    "__import__('os')",
+    "tp_size.__class__",
+    "(lambda: 1)()",
+    "[x for x in range(3)]",
+    "open('f')",
+    "tp_size ** 2",
+    "a = 1",
+    "f'{tp_size}'",
+])
+def test_forbidden_constructs_are_refused(source):
+    with pytest.raises(ExpressionError):
+        parse(source)
+
+
+def test_is_set_takes_only_a_flag():
+    with pytest.raises(ExpressionError):
+        parse("is_set(gpu.sm)")
+
+
+def test_yaml_scalars_are_constants():
+    assert parse(64)(Env()) == 64
+    assert parse(True)(Env()) is True
+
+
+def test_version_parsing():
+    assert version("12.8") == (12, 8)
+    assert version("2.8.0+cu128") == (2, 8, 0)
+    assert version("0.6.18rc1") == (0, 6, 18)
+    assert version(None) is None

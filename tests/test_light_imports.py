@@ -1,0 +1,26 @@
+"""`resolve`, `matrix` and `rules` must answer fast and work without torch: keep heavy imports out."""
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("torch", "triton", "numpy", "zmq")
+
+
+@pytest.mark.parametrize("module", ["resolver.cli", "resolver.api", "resolver.commands.resolve",
+                                    "resolver.commands.rules", "resolver.commands.why"])
+def test_resolver_modules_do_not_import_engine_dependencies(module):
+    code = (f"import sys, {module}; "
+            f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_a_full_resolve_does_not_import_engine_dependencies():
+    code = ("import sys; from resolver.cli import main; "
+            "rc = main(['resolve', '--facts', 'h100', '--json', '--tp', '8']); "
+            f"sys.stderr.write(','.join(m for m in {HEAVY!r} if m in sys.modules)); sys.exit(rc)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.strip() == ""

@@ -1,0 +1,90 @@
+"""Property tests over the real rule sets and presets: random launches never break the contract.
+
+For any preset and any combination of rule-relevant flags: resolution either succeeds with every
+hard rule holding, or fails with conflicts that are minimal and whose fixes all resolve. Results
+are deterministic and idempotent.
+"""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from resolver import api
+from resolver.catalog import SYSTEMS
+from resolver.explain import find_conflicts
+from resolver.facts import list_presets, load_preset
+from resolver.solve import Env, check
+from resolver.expr import UnknownFact
+
+INT_SAMPLES = (0, 1, 2, 3, 4, 8, 16, 64, 4096)
+
+
+def _relevant_flags(system):
+    """Flags some rule reads or sets, with a finite or small sampled domain."""
+    plan = api.plan_for(system)
+    names = set()
+    for rule in plan.ruleset:
+        names |= rule.reads_flags | ({rule.flag} if rule.flag else set())
+    out = {}
+    for name in sorted(names):
+        flag = plan.catalog.flags.get(name)
+        if flag is None:
+            continue
+        if flag.finite_domain is not None:
+            out[name] = list(flag.finite_domain)
+        elif flag.type == "int":
+            out[name] = ([None] if flag.nullable else []) + list(INT_SAMPLES)
+    return out
+
+
+def launches(system):
+    flags = _relevant_flags(system)
+    names = sorted(flags)
+    picked = st.lists(st.sampled_from(names), max_size=4, unique=True) if names else st.just([])
+    return st.tuples(
+        st.sampled_from(list_presets()),
+        picked.flatmap(lambda chosen: st.fixed_dictionaries({n: st.sampled_from(flags[n]) for n in chosen})),
+    )
+
+
+def _holds(rule, env):
+    try:
+        return check(rule, env)
+    except UnknownFact:
+        return True
+
+
+def _property(system, preset, user):
+    plan = api.plan_for(system)
+    facts = load_preset(preset)
+    try:
+        config = api.resolve(system, user, facts)
+    except api.ConflictError as err:
+        for conflict in err.conflicts:
+            subset = {k: user[k] for k in conflict.flags}
+            assert not plan.satisfiable(subset, facts)
+            for name in conflict.flags:
+                assert plan.satisfiable({k: v for k, v in subset.items() if k != name}, facts)
+            others = {n for c in err.conflicts if c is not conflict for n in c.flags}
+            base = {k: v for k, v in user.items() if k not in others}
+            for fix in conflict.fixes:
+                assert plan.satisfiable(fix.apply(base), facts), (conflict, fix)
+        assert [c.flags for c in find_conflicts(plan, user, facts)] == [c.flags for c in err.conflicts]
+        return
+    env = Env(plan, dict(config.values), facts, {})
+    broken = [r.id for r in plan.hard_rules if not _holds(r, env)]
+    assert not broken
+    assert {k: config.values[k] for k in user} == user
+    assert api.resolve(system, user, facts).to_json() == config.to_json()
+    assert api.resolve(system, dict(config.values), facts).values == config.values
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_random_launches_keep_the_contract(system):
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @given(launches(system))
+    def run(launch):
+        preset, user = launch
+        _property(system, preset, user)
+
+    run()

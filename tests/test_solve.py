@@ -1,0 +1,89 @@
+"""The solver: user values are constants, preferences are honoured, defaults follow dependencies."""
+
+import pytest
+
+from resolver import api
+from tests.toy import B200, CPU, H100, toy_plan
+
+
+@pytest.fixture
+def plan(tmp_path, monkeypatch):
+    plan = toy_plan(tmp_path)
+    monkeypatch.setattr(api, "plan_for", lambda system: plan)
+    return plan
+
+
+def test_prefer_takes_the_first_legal_candidate_per_machine(plan):
+    assert api.resolve("llm", {}, H100).values["attention_backend"] == "fa3"
+    assert api.resolve("llm", {}, B200).values["attention_backend"] == "flashinfer"
+    assert api.resolve("llm", {}, CPU).values["attention_backend"] == "torch_native"
+
+
+def test_prefer_skips_a_candidate_that_would_break_a_user_value(plan):
+    config = api.resolve("llm", {"page_size": 7}, B200)
+    assert config.values["attention_backend"] == "triton"
+    assert config.values["page_size"] == 7
+
+
+def test_default_depends_on_a_decision(plan):
+    config = api.resolve("llm", {"page_size": 7}, B200)
+    assert config.provenance["page_size"] == {"source": "user", "via": "cli"}
+    triton = api.resolve("llm", {"attention_backend": "triton"}, B200)
+    assert triton.values["page_size"] == 16
+    assert triton.provenance["page_size"] == {"source": "rule", "rule": "page.by_backend"}
+
+
+def test_default_expression_reads_user_flags_and_facts(plan):
+    assert api.resolve("llm", {"tp_size": 8}, H100).values["chunked_prefill_size"] == 16384
+    assert api.resolve("llm", {"tp_size": 2}, H100).values["chunked_prefill_size"] == 8192
+    assert api.resolve("llm", {}, CPU).values["chunked_prefill_size"] is None
+
+
+def test_user_values_are_never_changed(plan):
+    user = {"tp_size": 4, "attention_backend": "triton", "kv_cache_dtype": "fp8_e4m3"}
+    config = api.resolve("llm", user, H100)
+    assert {k: config.values[k] for k in user} == user
+    assert all(config.provenance[k]["source"] == "user" for k in user)
+
+
+def test_provenance_names_every_source(plan):
+    config = api.resolve("llm", {"tp_size": 2}, H100, sources={"tp_size": "config:a.yaml"})
+    assert config.provenance["tp_size"] == {"source": "user", "via": "config:a.yaml"}
+    assert config.provenance["attention_backend"] == {"source": "rule", "rule": "attn.backend.order"}
+    assert config.provenance["nnodes"] == {"source": "default"}
+
+
+def test_candidate_conditions_read_facts(plan):
+    assert api.resolve("llm", {}, H100).values["sampling_backend"] == "flashinfer"
+    no_fi = {k: v for k, v in H100.items() if k != "packages.flashinfer"}
+    assert api.resolve("llm", {}, no_fi).values["sampling_backend"] == "pytorch"
+
+
+def test_same_input_same_bytes(plan):
+    first = api.resolve("llm", {"tp_size": 8, "kv_cache_dtype": "fp8_e4m3"}, H100).to_json()
+    second = api.resolve("llm", {"kv_cache_dtype": "fp8_e4m3", "tp_size": 8}, dict(reversed(H100.items())))
+    assert first == second.to_json()
+
+
+def test_resolving_a_resolved_config_changes_nothing(plan):
+    config = api.resolve("llm", {"tp_size": 8}, B200)
+    again = api.resolve("llm", dict(config.values), B200)
+    assert again.values == config.values
+    assert again.hash == config.hash
+
+
+def test_unknown_model_fact_is_reported_not_guessed(plan):
+    config = api.resolve("llm", {"tp_size": 8}, H100)
+    assert any("model.heads.divide" in w and "model.num_attention_heads" in w for w in config.warnings)
+    with pytest.raises(api.ConflictError):
+        api.resolve("llm", {"tp_size": 8}, {**H100, "model.num_attention_heads": 12})
+
+
+def test_warn_rules_attach_messages(plan):
+    config = api.resolve("llm", {"kv_cache_dtype": "fp8_e4m3"}, H100)
+    assert "[kv.fp8.warn] FP8 KV without scales uses 1.0." in config.warnings
+
+
+def test_unknown_flag_name_is_a_usage_error(plan):
+    with pytest.raises(api.UsageError):
+        api.resolve("llm", {"tp": 2}, H100)
