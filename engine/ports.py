@@ -123,6 +123,13 @@ def allocate(*, port: int, nccl_port: int | None, dist_init_addr: str | None, nn
     return endpoints
 
 
+def bind_private(sock, endpoint: str) -> None:
+    """Bind a ZMQ socket; an IPC socket file is made readable and writable by its owner only."""
+    sock.bind(endpoint)
+    if endpoint.startswith("ipc://"):
+        os.chmod(endpoint[len("ipc://"):], 0o600)
+
+
 def _require_free(port: int, what: str) -> None:
     if not port_is_free(port):
         raise UsageError(f"port {port} ({what}) is already in use; stop whatever holds it or choose "

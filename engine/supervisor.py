@@ -83,14 +83,20 @@ def _describe(exc: BaseException) -> str:
     return text
 
 
+def _exit_on_sigterm(signum, frame) -> None:
+    """SIGTERM becomes a clean exit so `finally` blocks run; a second one (some launchers signal
+    the whole process group as well) then kills outright instead of interrupting the cleanup."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise SystemExit(0)
+
+
 def _child_main(name: str, parent_pid: int, conn, target: Callable, args: tuple, kwargs: dict) -> None:
     """Entry point of every child: arm the parent-death signal, run the target, report failures."""
     global _report_conn
     _die_with_parent(parent_pid)
     # Ctrl-C reaches the whole terminal process group; only the parent decides how to shut down.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # SIGTERM from the parent becomes a clean exit so `finally` blocks run.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     _report_conn = conn
     try:
         target(*args, **kwargs)
@@ -130,10 +136,7 @@ class ProcessGroup:
         self._wake_reader.setblocking(False)
         self._wake_writer.setblocking(False)
         self._closed = False
-
-    @property
-    def names(self) -> list[str]:
-        return [c.name for c in self._children]
+        self._cleanups: list[Callable[[], None]] = []
 
     def pids(self) -> dict[str, int | None]:
         """Process ids of the started children, by name."""
@@ -151,6 +154,10 @@ class ProcessGroup:
         writer.close()  # only the child writes; EOF on the reader then means the child is gone
         self._children.append(_Child(name, process, reader))
 
+    def add_cleanup(self, callback: Callable[[], None]) -> None:
+        """Run `callback` in `shutdown()`, after every child is gone (e.g. remove socket files)."""
+        self._cleanups.append(callback)
+
     def run(self, ready_timeout: float | None = None,
             on_ready: Callable[[], None] | None = None) -> int:
         """Block until shutdown. 0 after SIGINT/SIGTERM or `shutdown()`; non-zero if a child failed.
@@ -162,8 +169,8 @@ class ProcessGroup:
         try:
             failure = self._watch(ready_timeout, on_ready)
         finally:
+            self.shutdown()  # still under our handlers: a second signal cannot cut the teardown short
             self._restore_signal_handlers(restore)
-            self.shutdown()
         if failure is None:
             return 0
         print(failure, file=sys.stderr, flush=True)
@@ -195,6 +202,8 @@ class ProcessGroup:
         for child in self._children:
             child.reader.close()
             child.process.close()
+        for callback in self._cleanups:
+            callback()
         self._wake_reader.close()
         self._wake_writer.close()
 

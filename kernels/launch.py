@@ -19,7 +19,18 @@ import triton.language as tl
 INTERPRETER: bool = bool(triton.knobs.runtime.interpret)
 """True when this process's Triton kernels run under the CPU interpreter."""
 
+IMPLS = ("triton", "torch")
+"""impl="triton" runs the Triton kernels (attention_backend triton); "torch" their torch references
+(attention_backend torch_native)."""
+
 _DOT_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
+
+
+def check_impl(impl: str) -> None:
+    """Reject an ``impl`` argument that names neither implementation."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be 'triton' or 'torch' (attention_backend triton or "
+                         f"torch_native), got {impl!r}.")
 
 
 def require_launchable(*tensors: torch.Tensor) -> None:

@@ -108,7 +108,7 @@ def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any
             provenance[name] = {"source": "rule", "rule": outcome.origin[name]}
         else:
             provenance[name] = {"source": "default"}
-    final = Env(plan, outcome.values, facts, {})
+    final = Env(plan, user, facts, outcome.values)
     for rule, missing in outcome.unknown:
         notes.append(f"[{rule.id}] not checked: fact {missing} is unknown")
     for rule in plan.warn_rules:

@@ -143,7 +143,22 @@ def _flag_from_yaml(entry: dict, group: str, path: Path) -> Flag:
 
 
 def load_catalog(system: str, root: Path = RULES_DIR) -> Catalog:
-    """Read a system's catalog from its YAML files."""
+    """Read a system's catalog from its YAML files.
+
+    The shipped catalog is read once per process (it is ~25 ms of YAML, and the parser, the solver
+    and `accord flags` all need it); a catalog under another root is read afresh every time.
+    """
+    if root == RULES_DIR:
+        return _shipped_catalog(system)
+    return _read_catalog(system, root)
+
+
+@functools.lru_cache(maxsize=None)
+def _shipped_catalog(system: str) -> Catalog:
+    return _read_catalog(system, RULES_DIR)
+
+
+def _read_catalog(system: str, root: Path) -> Catalog:
     if system not in SYSTEMS:
         raise UsageError(f"unknown system {system!r}; use one of: {', '.join(SYSTEMS)}.")
     flags: dict[str, Flag] = {}

@@ -19,7 +19,7 @@ import operator
 import re
 from typing import Any, Callable, Protocol
 
-TOP_LEVEL_FACTS = frozenset({"platform", "cuda", "torch"})
+TOP_LEVEL_FACTS = frozenset({"platform", "cuda", "rocm", "torch"})
 
 
 class UnknownFact(Exception):
@@ -79,6 +79,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "int": lambda x: None if x is None else int(x),
     "startswith": lambda s, p: isinstance(s, str) and s.startswith(p),
     "contains": lambda s, part: s is not None and part in s,
+    "lower": lambda s: s.lower() if isinstance(s, str) else s,
     "pow2_floor": _pow2_floor,
 }
 SPECIAL_FORMS = ("known", "is_set")
@@ -118,12 +119,14 @@ BIN_OPS = {
 class Expr:
     """A parsed expression: its source, the flags and facts it reads, and its compiled closure."""
 
-    __slots__ = ("source", "flags", "facts", "_fn")
+    __slots__ = ("source", "flags", "facts", "set_checks", "_fn")
 
-    def __init__(self, source: str, flags: frozenset[str], facts: frozenset[str], fn: Compiled):
+    def __init__(self, source: str, flags: frozenset[str], facts: frozenset[str], fn: Compiled,
+                 set_checks: frozenset[str] = frozenset()):
         self.source = source
-        self.flags = flags
-        self.facts = facts
+        self.flags = flags          # flags whose values it reads
+        self.facts = facts          # facts it reads
+        self.set_checks = set_checks  # flags it asks `is_set` about (known before solving)
         self._fn = fn
 
     def __call__(self, env: Env) -> Any:
@@ -144,7 +147,8 @@ def parse(source: Any) -> Expr:
         raise ExpressionError(f"cannot parse expression {source!r}: {err.msg}") from None
     compiler = _Compiler(source)
     fn = compiler.compile(tree.body)
-    return Expr(source, frozenset(compiler.flags), frozenset(compiler.facts), fn)
+    return Expr(source, frozenset(compiler.flags), frozenset(compiler.facts), fn,
+                frozenset(compiler.set_checks))
 
 
 def dotted_name(node: ast.AST) -> str | None:
@@ -162,6 +166,7 @@ class _Compiler:
         self.source = source
         self.flags: set[str] = set()
         self.facts: set[str] = set()
+        self.set_checks: set[str] = set()
 
     def fail(self, what: str) -> ExpressionError:
         return ExpressionError(f"{what} is not allowed in rule expressions (in {self.source!r})")
@@ -265,11 +270,13 @@ class _Compiler:
         target = dotted_name(node.args[0]) if len(node.args) == 1 else None
         if target is None:
             raise ExpressionError(f"{name}() takes one flag or fact name (in {self.source!r})")
-        read = self._name(target)
         if name == "is_set":
-            if target not in self.flags:
+            # Whether the user typed a flag is fixed before solving: not a read of its value.
+            if "." in target or target in TOP_LEVEL_FACTS:
                 raise ExpressionError(f"is_set() takes a flag name, not {target!r} (in {self.source!r})")
+            self.set_checks.add(target)
             return lambda env: env.is_set(target)
+        read = self._name(target)
 
         def known(env):
             try:

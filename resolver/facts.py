@@ -22,7 +22,6 @@ machine has a device node an accelerator could sit behind.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import glob
 import importlib.util
 import json
@@ -32,7 +31,7 @@ import re
 import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -109,6 +108,8 @@ FACT_KEYS: dict[str, FactSpec] = {
     "model.dtype": FactSpec("str", "torch_dtype / dtype of the checkpoint"),
     "model.pipeline": FactSpec("str", "diffusion pipeline class (_class_name of model_index.json)"),
     "model.id": FactSpec("str", "hub id of the model, when the folder says it"),
+    "model.task_type": FactSpec("str", "diffusion task: image_gen, video_gen, action_gen, ..."),
+    "model.uses_cfg": FactSpec("bool", "the diffusion model runs classifier-free guidance by default"),
 }
 
 _TYPE_WORDS = {"str": "a string", "version": "a version string such as \"12.8\"",
@@ -133,6 +134,8 @@ def _spec_or_error(key: str, where: str) -> FactSpec:
     spec = fact_spec(key)
     if spec is not None:
         return spec
+    import difflib  # error path only
+
     close = difflib.get_close_matches(key, [k for k in FACT_KEYS if not k.endswith("*")], n=1)
     hint = f"Did you mean {close[0]!r}? " if close else ""
     raise UsageError(
@@ -143,6 +146,8 @@ def _spec_or_error(key: str, where: str) -> FactSpec:
 def type_problem(key: str, value: Any) -> str | None:
     """Why `value` cannot be the fact `key` (a sentence fragment), or None when it can."""
     spec = fact_spec(key)
+    if spec is None:
+        return f"{key} is not a fact"
     if value is None:
         return None if spec.nullable else f"{key} cannot be null"
     checks = {
@@ -190,13 +195,12 @@ def _typed(spec: FactSpec, text: str) -> Any:
     if spec.type == "bool":
         return True if lowered in _TRUE else False if lowered in _FALSE else text
     if spec.type in ("int", "number"):
-        for convert in (int, float) if spec.type == "number" else (int,):
-            try:
-                return convert(text)
-            except ValueError:
-                pass
         try:
-            return float(text)  # an int fact given as 9.0: keep it a float so the hint can say 90
+            return int(text)
+        except ValueError:
+            pass
+        try:
+            return float(text)  # for an int fact this keeps 9.0 a float, so the error can say 90
         except ValueError:
             return text
     return text
@@ -204,7 +208,7 @@ def _typed(spec: FactSpec, text: str) -> Any:
 
 # --- combining and checking fact sets -----------------------------------------------------------
 
-def flatten(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+def _flatten(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Nested mappings to dotted keys: {"gpu": {"sm": 90}} -> {"gpu.sm": 90}; types checked."""
     flat: dict[str, Any] = {}
 
@@ -278,6 +282,8 @@ def _preset(name: str) -> dict[str, Any]:
 
 
 def _unknown_preset_message(name: str) -> str:
+    import difflib  # error path only
+
     presets = list_presets()
     close = difflib.get_close_matches(name, presets, n=1)
     hint = f"Did you mean {close[0]!r}? " if close else ""
@@ -311,7 +317,7 @@ def _read_facts_file(path: Path) -> tuple[str | None, dict[str, Any]]:
     base = data.get("preset")
     if base is not None and not isinstance(base, str):
         raise UsageError(f"{path}: 'preset' names a preset (e.g. preset: h100), not {base!r}.")
-    facts = flatten({k: v for k, v in data.items() if k not in _FILE_META}, str(path))
+    facts = _flatten({k: v for k, v in data.items() if k not in _FILE_META}, str(path))
     return base, facts
 
 
@@ -337,8 +343,10 @@ def load_facts(spec: str = "probe", overrides: Sequence[str] = (), model_path: s
                system: str = "llm") -> dict[str, Any]:
     """The facts to resolve against, sorted by key.
 
-    Layered, later wins: the machine (probe, preset, or the preset a facts file names), then the
-    model folder's facts, then the facts file's own values, then each `--fact KEY=VALUE`. Raises
+    Layered, later wins: the machine (probe, a preset, or what a facts file's `preset:` names,
+    which may be `probe`), then the model folder's facts, then the facts file's own values, then
+    each `--fact KEY=VALUE`. A facts file without `preset:` is the whole machine: nothing is
+    probed, so it resolves the same everywhere. Raises
     UsageError for an unknown preset or key, a bad value, or facts no machine could have.
     """
     base, explicit = _base_facts(spec)
@@ -466,9 +474,10 @@ def _torch_facts() -> dict[str, Any]:
             facts.update(_xpu_facts(torch))
         elif _npu_available(torch):
             facts.update({"platform": "npu", "gpu.vendor": "huawei", "gpu.count": torch.npu.device_count(),
-                          "gpu.name": torch.npu.get_device_name(0)})
-        elif torch.backends.mps.is_available():
-            facts.update({"platform": "mps", "gpu.vendor": "apple", "gpu.count": 1, "gpu.name": "Apple MPS"})
+                          "gpu.name": torch.npu.get_device_name(0), "gpu.mem_gib": _UNKNOWN})
+        elif torch.backends.mps.is_available():  # unified memory: no separate GPU memory size
+            facts.update({"platform": "mps", "gpu.vendor": "apple", "gpu.count": 1,
+                          "gpu.name": _UNKNOWN, "gpu.mem_gib": _UNKNOWN})
         return facts
     except Exception:  # a broken torch install must not break `accord resolve`
         return {}
@@ -528,14 +537,16 @@ def _nvml_facts(count: int) -> dict[str, Any]:
         pynvml.nvmlInit()
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         nvlink = count > 1 and all(
-            pynvml.nvmlDeviceGetP2PStatus(a, b, pynvml.NVML_P2P_CAPS_INDEX_NVLINK) == pynvml.NVML_P2P_STATUS_OK
-            for a in handles for b in handles if a is not b)
+            pynvml.nvmlDeviceGetP2PStatus(handles[i], handles[j], pynvml.NVML_P2P_CAPS_INDEX_NVLINK)
+            == pynvml.NVML_P2P_STATUS_OK for i in range(count) for j in range(count) if i != j)
         facts: dict[str, Any] = {"interconnect.nvlink": nvlink, "interconnect.mnnvl": _UNKNOWN}
         try:
             fabric = pynvml.c_nvmlGpuFabricInfo_t()
             pynvml.nvmlDeviceGetGpuFabricInfo(handles[0], ctypes.byref(fabric))
+            uuid = type(fabric).clusterUuid  # read raw: a char-array attribute stops at a zero byte
+            cluster = ctypes.string_at(ctypes.addressof(fabric) + uuid.offset, uuid.size)
             facts["interconnect.mnnvl"] = (fabric.state == pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
-                                           and any(bytes(fabric.clusterUuid)))
+                                           and any(cluster))
         except Exception:  # drivers before 525 and older bindings have no fabric query
             pass
         pynvml.nvmlShutdown()

@@ -10,8 +10,8 @@ The result keeps only what the user set, with where each value came from (the co
 `--config` file; the command line wins), because a user value is a hard constraint for the solver
 while everything else is the solver's to choose.
 
-The parser for a system is built once per process (per calling command) and cached: loading the
-catalog and building ~600 argparse actions must cost only milliseconds on a cold `accord resolve`.
+The catalog part of the parser is built once per process and cached; each call copies it and adds
+the calling command's own options, so a cold `accord resolve` pays for the catalog only once.
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ from resolver.flagvalues import BadValue, convert_data, convert_text, describe_e
 AddOptions = Callable[[argparse.ArgumentParser], None]
 
 _STATE = "_accord_collected"
-_UNSET = object()  # a config entry that sets nothing (a switch written as false)
+_UNSET = object()
+_SWITCH_GIVEN_VALUE = re.compile(r"argument (\S+): ignored explicit argument '(.*)'$")
+_VALUE_MISSING = re.compile(r"argument (\S+): expected (?:one|at least one) argument$")  # a config entry that sets nothing (a switch written as false)
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 _METAVAR = {"int": "N", "float": "X", "str": "TEXT", "json": "JSON", "json_or_str": "VALUE", "bool": "BOOL"}
 
@@ -102,22 +104,16 @@ def _state(namespace: argparse.Namespace) -> _Collected:
 class _ValueAction(argparse.Action):
     """A spelling that takes a value (or a list of values) and stores it, converted, under a dest."""
 
-    def __init__(self, option_strings, dest, *, flag: Flag, required_values: bool, warning: str = "", **kwargs):
+    def __init__(self, option_strings, dest, *, flag: Flag, warning: str = "", **kwargs):
         super().__init__(option_strings, dest, default=argparse.SUPPRESS, **kwargs)
         self.flag = flag
-        self.required_values = required_values
         self.warning = warning
 
     def __call__(self, parser, namespace, values, option_string=None):
         flag = self.flag
-        if values is None or (isinstance(values, list) and not values and self.required_values):
-            if flag.type == "bool" and values is None:
-                _state(namespace).store(flag.name, True, _listed(self.warning))
-                return
-            if flag.const is not None and values is None:
-                _state(namespace).store(flag.name, flag.const, _listed(self.warning))
-                return
-            raise UsageError(f"{option_string} needs a value: {describe_expected(flag)}.")
+        if values is None:  # an optional value left out: the seed stores True (bools) or its const
+            _state(namespace).store(flag.name, True if flag.type == "bool" else flag.const, _listed(self.warning))
+            return
         words = values if isinstance(values, list) else [values]
         converted, warnings = [], _listed(self.warning)
         for word in words:
@@ -194,7 +190,17 @@ def _retired_message(flag: Flag, used: str) -> str:
 class _Parser(argparse.ArgumentParser):
     """argparse that raises UsageError instead of printing usage and exiting (except for --help)."""
 
-    def error(self, message: str):  # noqa: D401 - argparse's hook
+    def error(self, message: str):
+        switch = _SWITCH_GIVEN_VALUE.match(message)
+        if switch:
+            name, value = switch.group(1).split("/")[0], switch.group(2)
+            raise UsageError(f"unexpected value {value!r}: {name} is a switch and takes no value.")
+        missing = _VALUE_MISSING.match(message)
+        if missing:
+            name = missing.group(1).split("/")[0]
+            flag = getattr(self._option_string_actions.get(name), "flag", None)
+            expected = f": {describe_expected(flag)}" if flag else ""
+            raise UsageError(f"{name} needs a value{expected}.")
         raise UsageError(f"{message}. Run `{self.prog} --help` for usage.")
 
 
@@ -213,10 +219,12 @@ def _metavar(flag: Flag) -> str:
 
 
 def _value_kwargs(flag: Flag) -> dict[str, Any]:
-    """nargs for a value-taking spelling. Missing values are reported by the action, not argparse."""
+    """argparse nargs for a value-taking spelling: the seed's, '+' for lists, '?' for StoreBoolean."""
     if flag.type == "list":
-        return {"nargs": "*", "required_values": flag.nargs != "*"}
-    return {"nargs": "?", "required_values": True}
+        return {"nargs": flag.nargs or "+"}
+    if flag.type == "bool":
+        return {"nargs": "?"}
+    return {"nargs": flag.nargs} if flag.nargs else {}
 
 
 def _add_flag(group: argparse._ArgumentGroup, flag: Flag) -> None:
@@ -250,20 +258,16 @@ def _add_flag(group: argparse._ArgumentGroup, flag: Flag) -> None:
             )
 
 
-@functools.lru_cache(maxsize=16)
-def _build(system: str, add_options: AddOptions | None, prog: str) -> tuple[_Parser, Catalog]:
+@functools.lru_cache(maxsize=None)
+def _catalog_parser(system: str) -> tuple[_Parser, Catalog]:
+    """The parser of a system's catalog flags plus --system/--config, built once per process."""
     catalog = load_catalog(system)
-    parser = _Parser(
-        prog=prog, allow_abbrev=False,
-        description=f"Flags of the {system} server (see `accord flags --system {system}`).",
-    )
+    parser = _Parser(add_help=False, allow_abbrev=False)
     own = parser.add_argument_group("accord")
     own.add_argument("--system", metavar="{" + ",".join(SYSTEMS) + "}",
                      help="Which server's flags to use (default: inferred from --model-path, else llm).")
     own.add_argument("--config", metavar="FILE",
                      help="Read flags from a YAML or JSON file of flag: value pairs; the command line wins.")
-    if add_options is not None:
-        add_options(parser)
     groups: dict[str, argparse._ArgumentGroup] = {}
     for flag in catalog:
         if flag.meta:
@@ -271,6 +275,19 @@ def _build(system: str, add_options: AddOptions | None, prog: str) -> tuple[_Par
         if flag.group not in groups:
             groups[flag.group] = parser.add_argument_group(f"{system} flags: {flag.group}")
         _add_flag(groups[flag.group], flag)
+    return parser, catalog
+
+
+def _command_parser(system: str, add_options: AddOptions | None, prog: str) -> tuple[_Parser, Catalog]:
+    """The cached catalog parser plus the calling command's own options (copying it is ~1 ms)."""
+    base, catalog = _catalog_parser(system)
+    parser = _Parser(
+        prog=prog, parents=[base], allow_abbrev=False,
+        usage=f"{prog} [--system SYSTEM] [--config FILE] [options] [FLAGS ...]",
+        description=f"Flags of the {system} server (see `accord flags --system {system}`).",
+    )
+    if add_options is not None:
+        add_options(parser)
     return parser, catalog
 
 
@@ -284,17 +301,14 @@ def _known_spellings(catalog: Catalog) -> list[str]:
 
 
 def suggest(word: str, spellings: list[str]) -> list[str]:
-    """Nearest real spellings: longer spellings it is a prefix of, then similar ones (at most 3)."""
+    """Nearest real spellings: up to 3 that it is a prefix of, else the single most similar one."""
     normal = word.replace("_", "-")
     if normal != word and normal in spellings:
         return [normal]
-    longer = [s for s in spellings if s.startswith(normal) and s != normal][:3]
-    similar = difflib.get_close_matches(normal, spellings, n=3, cutoff=0.75)
-    out: list[str] = []
-    for candidate in longer + similar:
-        if candidate not in out:
-            out.append(candidate)
-    return out[:3]
+    longer = [s for s in spellings if s.startswith(normal) and s != normal]
+    if longer:
+        return longer[:3]
+    return difflib.get_close_matches(normal, spellings, n=1, cutoff=0.75)
 
 
 def _unknown_word_error(word: str, argv: list[str], parser: _Parser, catalog: Catalog) -> UsageError:
@@ -344,6 +358,11 @@ def _read_config_values(path: str, catalog: Catalog) -> tuple[dict[str, Any], li
         if found is None and key.replace("-", "_") in catalog:
             flag = catalog[key.replace("-", "_")]
             found = (flag, "current", None)
+        if isinstance(entry.value, dict) and (found is None or found[0].type != "json"):
+            raise UsageError(
+                f"{where}: key {entry.key!r} holds a nested mapping; config files are flat, one flag per "
+                f"key (e.g. tp_size: 2), and only JSON-valued flags take a mapping."
+            )
         if found is None:
             close = suggest("--" + key.replace("_", "-"), _known_spellings(catalog))
             names = [c.lstrip("-").replace("-", "_") for c in close]
@@ -352,11 +371,6 @@ def _read_config_values(path: str, catalog: Catalog) -> tuple[dict[str, Any], li
         flag, role, spelling = found
         if flag.meta:
             raise UsageError(f"{where}: key {entry.key!r} cannot be set inside a config file.")
-        if isinstance(entry.value, dict) and flag.type != "json":
-            raise UsageError(
-                f"{where}: key {entry.key!r} holds a nested mapping; config files are flat, one flag per "
-                f"key (e.g. tp_size: 2), and only JSON-valued flags take a mapping."
-            )
         value, notes = _config_value(flag, role, spelling, entry.key, entry.value, where)
         warnings.extend(f"{path}: {note}" for note in notes)
         if value is not _UNSET:
@@ -385,7 +399,7 @@ def _config_value(flag: Flag, role: str, spelling: DeprecatedSpelling | None, ke
     try:
         value, more = convert_data(flag, raw)
     except BadValue as err:
-        raise usage_error(f"{key} ({where})", raw, err) from None
+        raise usage_error(key, raw, err, prefix=f"{where}: ") from None
     return value, notes + more
 
 
@@ -419,7 +433,7 @@ def parse_flags(
         raise UsageError(f"unknown system {system!r}; use one of: {', '.join(SYSTEMS)}.")
     elif _option_value(argv, ("--system",)) not in (None, system):
         raise UsageError(f"--system {detected} contradicts this command, which works on the {system} system.")
-    parser, catalog = _build(system, add_options, prog)
+    parser, catalog = _command_parser(system, add_options, prog)
 
     namespace = argparse.Namespace(**{_STATE: _Collected()})
     namespace, extras = parser.parse_known_args(argv, namespace)

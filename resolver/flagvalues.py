@@ -173,7 +173,7 @@ def _check_choice(flag: Flag, value: Any) -> tuple[Any, list[str]]:
         return value, []
     if flag.extensible:
         hint = _close_choice(flag, str(value))
-        note = f"{value!r} is not among the {flag.primary} values Accord knows ({', '.join(map(str, flag.choices))}); accepted because that list can be extended at runtime."
+        note = f"{value!r} is not a {flag.primary} value Accord knows; accepted because that list can be extended at runtime."
         return value, [f"{note} {hint}".strip()]
     raise BadValue(describe_expected(flag), _close_choice(flag, str(value)))
 
@@ -185,8 +185,8 @@ def _close_choice(flag: Flag, text: str) -> str:
     return f"Did you mean {close[0]!r}?" if close else ""
 
 
-def usage_error(where: str, text: Any, err: BadValue) -> UsageError:
-    """The one-paragraph message for a bad value: where it was given, the value, what is legal."""
-    shown = text if isinstance(text, str) else json.dumps(text)
-    message = f"invalid value {shown!r} for {where}: expected {err.expected}."
+def usage_error(name: str, text: Any, err: BadValue, prefix: str = "") -> UsageError:
+    """The one-paragraph message for a bad value: the flag, the value, what is legal (and where)."""
+    shown = text if isinstance(text, str) else json.dumps(text, default=str)
+    message = f"{prefix}invalid value {shown!r} for {name}: expected {err.expected}."
     return UsageError(f"{message} {err.hint}".strip())

@@ -27,7 +27,8 @@ def check_names(catalog: Catalog, ruleset: RuleSet, fact_keys: Iterable[str]) ->
     fact_keys = set(fact_keys)
     problems = []
     for rule in ruleset:
-        for name in sorted(rule.reads_flags | ({rule.flag} if rule.flag else set())
+        checked = set().union(*(e.set_checks for e in rule.expressions()))
+        for name in sorted(rule.reads_flags | checked | ({rule.flag} if rule.flag else set())
                            | {f for f, _ in rule.fix}):
             if name not in catalog:
                 problems.append(f"{rule.file}: rule {rule.id} names unknown flag {name!r}")

@@ -80,8 +80,22 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _diffusion_facts(index: Mapping[str, Any]) -> dict[str, Any]:
+    """Pipeline class, task and CFG use. `_task_type` and `_sampling` are optional keys (the built-in
+    model has them; diffusers folders usually do not, and then those facts stay unknown)."""
+    facts: dict[str, Any] = {}
     pipeline = index.get("_class_name")
-    return {"model.pipeline": pipeline} if isinstance(pipeline, str) else {}
+    if isinstance(pipeline, str):
+        facts["model.pipeline"] = pipeline
+        for word, task in (("Video", "video_gen"), ("Image", "image_gen")):
+            if word in pipeline:
+                facts["model.task_type"] = task
+    if isinstance(index.get("_task_type"), str):
+        facts["model.task_type"] = index["_task_type"]
+    sampling = index.get("_sampling")
+    if isinstance(sampling, Mapping) and isinstance(sampling.get("guidance_scale"), (int, float)):
+        # Upstream's rule: CFG runs when a negative prompt exists and guidance_scale > 1.
+        facts["model.uses_cfg"] = sampling.get("negative_prompt") is not None and sampling["guidance_scale"] > 1
+    return facts
 
 
 def _model_id(config: Mapping[str, Any], folder: Path) -> str | None:

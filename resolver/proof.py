@@ -14,7 +14,7 @@ Color only on a terminal; the plain text is identical otherwise.
 
 from __future__ import annotations
 
-from resolver.report import describe_value, flag_arg
+from resolver.report import describe_value, flag_arg, rule_clause
 
 _STYLE = {"bold": "\033[1m", "red": "\033[31m", "green": "\033[32m", "dim": "\033[2m", "off": "\033[0m"}
 
@@ -39,13 +39,8 @@ def render_conflict(err, color: bool = False) -> str:
             machine = ", ".join(f"{k}={describe_value(err.facts[k])}" for k in conflict.facts)
             lines.append(f"  machine   {machine}")
         for rid in conflict.rules:
-            rule = rules[rid]
-            if rule.kind == "require":
-                when = f" when `{rule.when.source}`" if rule.when is not None else ""
-                lines.append(f"  rule      {rid}: requires `{rule.require.source}`{when}")
-            else:
-                lines.append(f"  rule      {rid}: forbids `{rule.when.source}`")
-            lines.append(f"  because   {rule.reason}")
+            lines.append(f"  rule      {rid}: {rule_clause(rules[rid])}")
+            lines.append(f"  because   {rules[rid].reason}")
         lines.append("  so        no legal configuration.")
         for fix, text in zip(conflict.fixes, fixes):
             note = _paint("  (what upstream does)", "dim", color) if fix.rule else ""

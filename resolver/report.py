@@ -55,15 +55,22 @@ def conflict_message(catalog: Catalog, rules_by_id: Mapping[str, Any], facts: Ma
         head = "The defaults"
     machine = ", ".join(f"{k}={describe_value(facts[k])}" for k in conflict.facts)
     head += f" on a machine with {machine}" if machine else ""
-    clauses = []
-    for rid in conflict.rules:
-        rule = rules_by_id[rid]
-        if rule.kind == "require":
-            cond = f" when `{rule.when.source}`" if rule.when is not None else ""
-            clauses.append(f"rule {rid} requires `{rule.require.source}`{cond}: {rule.reason}")
-        else:
-            clauses.append(f"rule {rid} forbids `{rule.when.source}`: {rule.reason}")
+    clauses = [f"rule {rid} {rule_clause(rules_by_id[rid])}: {rules_by_id[rid].reason}" for rid in conflict.rules]
     return f"{head}, but " + "; and ".join(clauses) + ("" if clauses[-1].endswith(".") else ".")
+
+
+MAX_SHOWN_EXPRESSION = 100
+
+
+def rule_clause(rule) -> str:
+    """`requires `x` when `y`` / `forbids `y``; long expressions are left to the rule's reason."""
+    def shown(expr) -> str:
+        text = " ".join(expr.source.split())
+        return f"`{text}`" if len(text) <= MAX_SHOWN_EXPRESSION else "(see the rule file)"
+    if rule.kind == "require":
+        when = f" when {shown(rule.when)}" if rule.when is not None else ""
+        return f"requires {shown(rule.require)}{when}"
+    return f"forbids {shown(rule.when)}"
 
 
 def value_table(values: Mapping[str, Any], provenance: Mapping[str, Mapping[str, Any]],

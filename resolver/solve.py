@@ -210,7 +210,7 @@ class Plan:
                 values[name], origin[name] = self.candidates(name, env)[0]
             else:
                 values[name], origin[name] = env.derived(name)
-        final = Env(self, values, facts, {})
+        final = Env(self, user, facts, values)
         violated, unknown = [], []
         for rule in rules:
             try:

@@ -21,12 +21,19 @@ BAD = {"tp_size": 8, "dp_size": 3, "enable_dp_attention": True, "attention_backe
 def test_conflict_is_minimal(plan):
     for conflict in find_conflicts(plan, BAD, B200):
         subset = {k: BAD[k] for k in conflict.flags}
-        assert not plan.satisfiable(subset, B200)
-        for name in conflict.flags:
-            assert plan.satisfiable({k: v for k, v in subset.items() if k != name}, B200)
         rules = [r for r in plan.hard_rules if r.id in conflict.rules]
+        assert not plan.satisfiable(subset, B200, rules)
+        for name in conflict.flags:
+            assert plan.satisfiable({k: v for k, v in subset.items() if k != name}, B200, rules)
         for rule in rules:
             assert plan.satisfiable(subset, B200, [r for r in rules if r is not rule])
+
+
+def test_blame_stays_on_the_rule_the_launch_breaks(plan):
+    # Dropping --tp-size 12 would bring back tp_size=1, which breaks no rule, but dropping
+    # --attention-backend fa3 is what fixes the launch: the conflict must be about fa3 on B200.
+    (conflict,) = find_conflicts(plan, {"tp_size": 8, "attention_backend": "fa3"}, B200)
+    assert conflict.rules == ("attn.fa3.hopper",) and conflict.flags == ("attention_backend",)
 
 
 def test_independent_conflicts_are_all_reported(plan):

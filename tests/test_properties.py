@@ -62,16 +62,19 @@ def _property(system, preset, user):
     except api.ConflictError as err:
         for conflict in err.conflicts:
             subset = {k: user[k] for k in conflict.flags}
-            assert not plan.satisfiable(subset, facts)
+            rules = [r for r in plan.hard_rules if r.id in conflict.rules]
+            assert not plan.satisfiable(subset, facts, rules)
             for name in conflict.flags:
-                assert plan.satisfiable({k: v for k, v in subset.items() if k != name}, facts)
+                assert plan.satisfiable({k: v for k, v in subset.items() if k != name}, facts, rules)
+            for rule in rules:
+                assert plan.satisfiable(subset, facts, [r for r in rules if r is not rule])
             others = {n for c in err.conflicts if c is not conflict for n in c.flags}
             base = {k: v for k, v in user.items() if k not in others}
             for fix in conflict.fixes:
                 assert plan.satisfiable(fix.apply(base), facts), (conflict, fix)
         assert [c.flags for c in find_conflicts(plan, user, facts)] == [c.flags for c in err.conflicts]
         return
-    env = Env(plan, dict(config.values), facts, {})
+    env = Env(plan, user, facts, dict(config.values))
     broken = [r.id for r in plan.hard_rules if not _holds(r, env)]
     assert not broken
     assert {k: config.values[k] for k in user} == user

@@ -58,10 +58,6 @@ class ParallelLayout:
     def world_size(self) -> int:
         return self.num_gpus
 
-    @property
-    def ranks_per_replica(self) -> int:
-        return self.cfg * self.sp * self.tp
-
     def coords(self, rank: int) -> dict[str, int]:
         """The position of `rank` along each dimension."""
         if not 0 <= rank < self.world_size:
@@ -90,9 +86,6 @@ class ParallelLayout:
             coords = dict(zip(others, fixed))
             result.append(tuple(self.rank_of(**{**coords, dim: i}) for i in range(getattr(self, dim))))
         return result
-
-    def group_of(self, dim: str, rank: int) -> tuple[int, ...]:
-        return next(g for g in self.groups(dim) if rank in g)
 
     def replica_ranks(self, dp_rank: int) -> tuple[int, ...]:
         return tuple(r for r in range(self.world_size) if self.coords(r)["dp"] == dp_rank)

@@ -27,9 +27,6 @@ import torch.nn.functional as F
 
 from engine.diffusion.parallel import ParallelOps
 
-BOS_TOKEN = 256  # after the 256 byte values
-PAD_TOKEN = 0
-
 State = dict[str, torch.Tensor]
 
 
@@ -40,10 +37,6 @@ class Stage:
     name: str
     run: Callable[[State], State]
     breaks: bool = False  # True: never captured in a graph (attention across sp ranks)
-
-
-def tokenize(prompt: str) -> list[int]:
-    return [BOS_TOKEN, *prompt.encode("utf-8")]
 
 
 def seeded_init(module: nn.Module, seed: int) -> None:
@@ -143,7 +136,7 @@ class DiTBlock(nn.Module):
             # Queries stay local; keys and values of the whole sequence are gathered from the sp group.
             k = ops.sp_all_gather(state["k"], dim=2)
             v = ops.sp_all_gather(state["v"], dim=2)
-            out = F.scaled_dot_product_attention(state["q"], k, v, attn_mask=state["key_valid"])
+            out = F.scaled_dot_product_attention(state["q"], k, v, attn_mask=state["key_valid"][None, :])
             rest = {key: val for key, val in state.items() if key not in ("q", "k", "v")}
             return {**rest, "attn": merge_heads(out)}
 
@@ -248,13 +241,14 @@ class TinyDiT(nn.Module):
 class LatentDecoder(nn.Module):
     def __init__(self, config: dict[str, Any]):
         super().__init__()
-        self.scale = int(config["scale_factor"])
+        self.upscale = int(config["downsample_factor"])
+        self.scaling_factor = float(config["scaling_factor"])
         out = int(config["out_channels"])
-        self.proj = nn.Conv2d(int(config["latent_channels"]), out * self.scale ** 2, kernel_size=1)
+        self.proj = nn.Conv2d(int(config["latent_channels"]), out * self.upscale ** 2, kernel_size=1)
 
     def forward(self, latents: torch.Tensor) -> torch.Tensor:
-        """Latents -> images in [-1, 1], [B, 3, H*scale, W*scale]."""
-        return torch.tanh(F.pixel_shuffle(self.proj(latents), self.scale))
+        """Latents -> images in [-1, 1], [B, 3, H*upscale, W*upscale]."""
+        return torch.tanh(F.pixel_shuffle(self.proj(latents / self.scaling_factor), self.upscale))
 
 
 def shard_state_dict(state: dict[str, torch.Tensor], tp_rank: int, tp_size: int) -> dict[str, torch.Tensor]:

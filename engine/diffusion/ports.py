@@ -72,6 +72,10 @@ class Endpoints:
         return f"tcp://{_bracket(connect_host(self.host))}:{self.scheduler_port}"
 
     @property
+    def http_url(self) -> str:
+        return f"http://{_bracket(connect_host(self.host))}:{self.http_port}"
+
+    @property
     def master_address(self) -> str:
         return f"tcp://127.0.0.1:{self.master_port}"
 

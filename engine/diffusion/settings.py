@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from engine.diffusion.layout import ParallelLayout
 from engine.diffusion.spec import ModelSpec, load_model_spec
-from engine.diffusion.warmup import Resolution, WarmupPlan, build_warmup_plan
+from engine.diffusion.warmup import WarmupPlan, build_warmup_plan
 from resolver.errors import UsageError
 from resolver.frozen import ResolvedConfig
 
@@ -86,6 +86,7 @@ class EngineSettings:
     offload: dict[str, bool]  # component -> weights kept in host memory between uses
     batching_max_size: int
     batching_delay_ms: float
+    batching_metrics: bool
     dist_timeout_s: int | None
 
     @classmethod
@@ -101,9 +102,7 @@ class EngineSettings:
             raise UsageError(f"{spell('tp_size')} {layout.tp} must divide the model's "
                              f"{model.num_attention_heads} attention heads.")
 
-        sampling = model.sampling
-        default_resolution = Resolution(int(sampling.get("width", 256)), int(sampling.get("height", 256)))
-        plan = build_warmup_plan(values, default_resolution, model.pixel_granularity, spell)
+        plan = build_warmup_plan(values, model, spell)
         if plan.text_buckets and plan.text_buckets[-1] > model.max_text_tokens:
             raise UsageError(f"{spell('bcg_text_buckets')} {plan.text_buckets[-1]} exceeds the text encoder's "
                              f"{model.max_text_tokens} positions; use buckets up to {model.max_text_tokens}.")
@@ -118,18 +117,17 @@ class EngineSettings:
             raise UsageError(f"{spell('enable_breakable_cuda_graph')} and {spell('enable_torch_compile')} are "
                              "mutually exclusive (each takes over the DiT forward); choose one.")
 
-        if values["batching_mode"] != "dynamic":
-            raise UsageError(f"{spell('batching_mode')} {values['batching_mode']!r}: only 'dynamic' exists.")
-        max_size, delay = values["batching_max_size"], values["batching_delay_ms"]
-        if not isinstance(max_size, int) or max_size < 1:
-            raise UsageError(f"{spell('batching_max_size')} must be at least 1 (got {max_size!r}).")
-        if delay is None or delay < 0:
-            raise UsageError(f"{spell('batching_delay_ms')} must be 0 or more (got {delay!r}).")
+        offload = _offload(values, device)
+        if device == "cuda" and plan.breakable_graph and offload["transformer"]:
+            raise UsageError(f"{spell('enable_breakable_cuda_graph')} replays graphs on weights that stay on the "
+                             f"GPU, so it cannot be combined with {spell('dit_cpu_offload')}; turn one off.")
 
+        max_size, delay_ms = _batching(values)
         return cls(layout=layout, plan=plan, model=model, device=device,
                    attention_backend=backend or ATTENTION_BACKENDS[0], attention_backend_auto=backend is None,
-                   torch_compile=torch_compile, offload=_offload(values, device),
-                   batching_max_size=max_size, batching_delay_ms=float(delay),
+                   torch_compile=torch_compile, offload=offload,
+                   batching_max_size=max_size, batching_delay_ms=delay_ms,
+                   batching_metrics=bool(values["enable_batching_metrics"]),
                    dist_timeout_s=values["dist_timeout"])
 
     def describe(self) -> dict[str, Any]:
@@ -145,8 +143,24 @@ class EngineSettings:
             "attention_backend": self.attention_backend + (" (auto)" if self.attention_backend_auto else ""),
             "torch_compile": self.torch_compile,
             "component_placement": placement,
-            "batching": {"max_size": self.batching_max_size, "delay_ms": self.batching_delay_ms},
+            "batching": {"max_size": self.batching_max_size, "delay_ms": self.batching_delay_ms,
+                         "log_metrics": self.batching_metrics},
         }
+
+
+def _batching(values: Mapping[str, Any]) -> tuple[int, float]:
+    """The dynamic batcher's limits: most requests per batch, longest wait for company (ms)."""
+    if values["batching_mode"] != "dynamic":
+        raise UsageError(f"{spell('batching_mode')} {values['batching_mode']!r}: only 'dynamic' exists.")
+    if values["batching_config"] is not None:
+        raise UsageError(f"{spell('batching_config')} (per-shape admission rules) is not implemented by the "
+                         f"built-in diffusion engine; cap batches with {spell('batching_max_size')} instead.")
+    max_size, delay = values["batching_max_size"], values["batching_delay_ms"]
+    if not isinstance(max_size, int) or max_size < 1:
+        raise UsageError(f"{spell('batching_max_size')} must be at least 1 (got {max_size!r}).")
+    if delay is None or delay < 0:
+        raise UsageError(f"{spell('batching_delay_ms')} must be 0 or more (got {delay!r}).")
+    return max_size, float(delay)
 
 
 def _offload(values: Mapping[str, Any], device: str) -> dict[str, bool]:

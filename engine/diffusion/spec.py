@@ -41,12 +41,17 @@ class ModelSpec:
     @property
     def pixel_granularity(self) -> int:
         """Image sides must be multiples of this: one transformer token covers this many pixels."""
-        return int(self.vae["scale_factor"]) * int(self.transformer["patch_size"])
+        return int(self.vae["downsample_factor"]) * int(self.transformer["patch_size"])
 
     @property
     def max_text_tokens(self) -> int:
         """Longest prompt the text encoder can embed, counting its leading start token."""
         return int(self.text_encoder["max_position_embeddings"])
+
+    @property
+    def max_image_tokens(self) -> int:
+        """Most latent patches one image may have (bounds the attention's memory)."""
+        return int(self.transformer["max_image_tokens"])
 
     @property
     def num_attention_heads(self) -> int:

@@ -23,6 +23,7 @@ import dataclasses
 import re
 from typing import Any, Mapping
 
+from engine.diffusion.spec import ModelSpec
 from resolver.errors import UsageError
 
 WARMUP_MODES = ("off", "request", "server")
@@ -39,17 +40,26 @@ class Resolution:
         return f"{self.width}x{self.height}"
 
 
-def parse_resolution(text: Any, granularity: int) -> Resolution:
-    """`"WIDTHxHEIGHT"` -> Resolution; ValueError saying what is wrong with the string."""
+def parse_resolution(text: Any, model: ModelSpec) -> Resolution:
+    """`"WIDTHxHEIGHT"` -> a Resolution the model can run; ValueError saying what is wrong."""
     match = _RESOLUTION.match(text) if isinstance(text, str) else None
     if not match:
         raise ValueError(f"{text!r} is not a resolution; write WIDTHxHEIGHT, e.g. 256x256")
     width, height = int(match.group(1)), int(match.group(2))
+    step = model.pixel_granularity
     for side in (width, height):
-        if side < granularity or side > MAX_SIDE or side % granularity:
-            raise ValueError(f"{text!r}: each side must be a multiple of {granularity} between "
-                             f"{granularity} and {MAX_SIDE}")
+        if side < step or side > MAX_SIDE or side % step:
+            raise ValueError(f"{text!r}: each side must be a multiple of {step} between {step} and {MAX_SIDE}")
+    tokens = (width // step) * (height // step)
+    if tokens > model.max_image_tokens:
+        raise ValueError(f"{text!r} makes {tokens} image tokens; this model takes at most "
+                         f"{model.max_image_tokens} (e.g. 1024x1024)")
     return Resolution(width, height)
+
+
+def default_resolution(model: ModelSpec) -> Resolution:
+    """The size a request gets when it names none (the model's `_sampling` width and height)."""
+    return Resolution(int(model.sampling.get("width", 256)), int(model.sampling.get("height", 256)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +93,8 @@ class WarmupPlan:
         return next((b for b in self.text_buckets if b >= text_tokens), None)
 
     def covers(self, resolution: Resolution, text_bucket: int | None) -> bool:
-        return self.breakable_graph and WarmupEntry(resolution, text_bucket) in self.entries
+        """Is this input shape one the plan warms (and, with breakable graphs, captures)?"""
+        return WarmupEntry(resolution, text_bucket) in self.entries
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -96,8 +107,7 @@ class WarmupPlan:
         }
 
 
-def build_warmup_plan(values: Mapping[str, Any], default_resolution: Resolution, granularity: int,
-                      spell=lambda name: name) -> WarmupPlan:
+def build_warmup_plan(values: Mapping[str, Any], model: ModelSpec, spell=lambda name: name) -> WarmupPlan:
     """Read the warmup flags of a resolved config; UsageError when they cannot be executed.
 
     `spell(name)` gives a flag's command-line spelling for messages.
@@ -115,7 +125,7 @@ def build_warmup_plan(values: Mapping[str, Any], default_resolution: Resolution,
     resolutions = []
     for text in raw_resolutions or ():
         try:
-            resolution = parse_resolution(text, granularity)
+            resolution = parse_resolution(text, model)
         except ValueError as err:
             raise UsageError(f"{spell('warmup_resolutions')}: {err}.") from None
         if resolution not in resolutions:
@@ -142,5 +152,5 @@ def build_warmup_plan(values: Mapping[str, Any], default_resolution: Resolution,
         if not buckets:
             raise UsageError(f"{spell('bcg_text_buckets')} must contain at least one positive length.")
     return WarmupPlan(mode=mode, breakable_graph=breakable,
-                      resolutions=tuple(resolutions) or (default_resolution,),
+                      resolutions=tuple(resolutions) or (default_resolution(model),),
                       text_buckets=buckets, steps=steps)

@@ -72,7 +72,10 @@ class KVPool:
         # torch.empty: on CPU the OS commits pages only when they are first written.
         self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self._free = list(range(num_pages, SCRATCH_PAGE, -1))  # pop() hands out low pages first
+        # Pages never handed out are the range [next_fresh, num_pages]; released ones are reused
+        # first (most recently released first). No per-page list up front: pools can hold millions.
+        self._next_fresh = SCRATCH_PAGE + 1
+        self._released: list[int] = []
 
     @property
     def capacity_tokens(self) -> int:
@@ -80,26 +83,33 @@ class KVPool:
 
     @property
     def free_pages(self) -> int:
-        return len(self._free)
+        return len(self._released) + self.num_pages + 1 - self._next_fresh
 
     def alloc(self, count: int) -> list[int] | None:
         """`count` pages, or None (and nothing taken) if fewer are free."""
-        if count > len(self._free):
+        if count > self.free_pages:
             return None
-        return [self._free.pop() for _ in range(count)]
+        reused = min(count, len(self._released))
+        pages = [self._released.pop() for _ in range(reused)]
+        fresh = count - reused
+        pages += range(self._next_fresh, self._next_fresh + fresh)
+        self._next_fresh += fresh
+        return pages
 
     def release(self, pages: list[int]) -> None:
-        self._free.extend(reversed(pages))
+        self._released.extend(reversed(pages))
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store new tokens' K/V ([n, heads, dim]) at flat slots [n]."""
         self.k[layer].view(-1, *k.shape[1:])[slots] = self._to_storage(k, self.k_scale)
         self.v[layer].view(-1, *v.shape[1:])[slots] = self._to_storage(v, self.v_scale)
 
-    def read(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """K/V of the tokens at flat slots (any shape), in the model dtype."""
-        k = self.k[layer].view(-1, *self.k[layer].shape[2:])[slots]
-        v = self.v[layer].view(-1, *self.v[layer].shape[2:])[slots]
+    def gather(self, layer: int, block_rows: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """K/V of the first `length` tokens of block-table rows ([pages] or [batch, pages]), in
+        token order ([.., length, heads, dim]) and in the model dtype."""
+        page_dim = block_rows.dim() - 1
+        k = self.k[layer][block_rows].flatten(page_dim, page_dim + 1)[..., :length, :, :]
+        v = self.v[layer][block_rows].flatten(page_dim, page_dim + 1)[..., :length, :, :]
         return self._from_storage(k, self.k_scale), self._from_storage(v, self.v_scale)
 
     def _to_storage(self, x: torch.Tensor, scale: float) -> torch.Tensor:
@@ -111,4 +121,4 @@ class KVPool:
     def _from_storage(self, x: torch.Tensor, scale: float) -> torch.Tensor:
         if self.is_fp8:
             return (x.float() * scale).to(self.model_dtype)
-        return x.to(self.model_dtype)
+        return x if x.dtype == self.model_dtype else x.to(self.model_dtype)

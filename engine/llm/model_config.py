@@ -95,3 +95,13 @@ def load_model_config(model_path: str | None) -> ModelConfig:
         raise UsageError(f"{path}: missing or malformed field {err}; a Llama config.json needs "
                          "hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, "
                          "vocab_size.") from None
+
+
+def context_length(requested: int | None, config: ModelConfig) -> int:
+    """--context-length, or the model's max_position_embeddings when unset (as upstream)."""
+    if requested is None:
+        return config.max_position_embeddings
+    if requested > config.max_position_embeddings:
+        raise UsageError(f"--context-length {requested} is longer than the model's "
+                         f"max_position_embeddings ({config.max_position_embeddings}).")
+    return requested

@@ -12,11 +12,38 @@ gloo on CPU, nccl on CUDA.
 from __future__ import annotations
 
 import datetime
+import os
+import socket
+import sys
 
 import torch
 import torch.distributed as dist
 
 from engine.llm.settings import EngineSettings, Rank
+from engine.ports import parse_host_port
+
+LOOPBACK_INTERFACE = "lo"
+
+
+def rendezvous(init_method: str, world_rank: int, world_size: int, timeout: datetime.timedelta):
+    """The TCPStore every rank meets at, listening only on the rendezvous address.
+
+    torch's own store server would listen on every interface; rank 0 binds the socket itself (on
+    127.0.0.1 for a one-node launch) and hands it over. On loopback, gloo and NCCL are told to use
+    the loopback interface too, so a one-node server opens nothing beyond it.
+    """
+    host, port = parse_host_port(init_method.removeprefix("tcp://"), "the torch.distributed rendezvous")
+    if host.startswith("127.") and sys.platform.startswith("linux"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", LOOPBACK_INTERFACE)
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", LOOPBACK_INTERFACE)
+    if world_rank != 0:
+        return dist.TCPStore(host, port, world_size, False, timeout=timeout), None
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host, port))
+    listener.listen()
+    store = dist.TCPStore(host, port, world_size, True, timeout=timeout, master_listen_fd=listener.fileno())
+    return store, listener
 
 
 class Comm:
@@ -32,11 +59,13 @@ class Comm:
         self.device = torch.device(settings.device_for(rank))
         self._tp = self._tp_cpu = self._attn = self._attn_cpu = self._world_cpu = None
         self._attn_root = self.world_rank
+        self._listener = None
         if self.world_size == 1:
             return
         timeout = datetime.timedelta(seconds=settings.dist_timeout_s or 24 * 3600)
         self._backend = "gloo" if self.device.type == "cpu" else "nccl"
-        dist.init_process_group(self._backend, init_method=init_method, world_size=self.world_size,
+        store, self._listener = rendezvous(init_method, self.world_rank, self.world_size, timeout)
+        dist.init_process_group(self._backend, store=store, world_size=self.world_size,
                                 rank=self.world_rank, timeout=timeout)
         self._world_cpu = self._cpu_twin(dist.group.WORLD, list(range(self.world_size)))
         # Every rank must create every group, in the same order.
@@ -157,6 +186,14 @@ class Comm:
         dist.all_reduce(flag, group=self._tp_cpu)
         return bool(flag)
 
+    def min_over_world(self, value: int) -> int:
+        """The smallest of every rank's value (ranks must agree on sizes, e.g. the KV pool)."""
+        if self._world_cpu is None:
+            return value
+        tensor = torch.tensor([value], dtype=torch.int64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=self._world_cpu)
+        return int(tensor)
+
     def _control_group(self):
         """The CPU group of the ranks that share one request stream, and its leader's world rank."""
         if self.dp_attention:
@@ -166,3 +203,5 @@ class Comm:
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+        if self._listener is not None:
+            self._listener.close()

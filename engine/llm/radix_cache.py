@@ -107,9 +107,6 @@ class RadixCache:
             node.lock_ref -= 1
             node = node.parent
 
-    def evictable_pages(self) -> int:
-        return sum(len(n.pages) for n in self._nodes() if n.lock_ref == 0)
-
     def evict(self, pages_needed: int) -> int:
         """Free unlocked leaves, least recently used first, until `pages_needed` pages are freed."""
         freed = 0

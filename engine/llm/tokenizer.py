@@ -34,6 +34,11 @@ class ByteTokenizer:
         return "".join(turns) + "<|assistant|>\n"
 
 
+def make_tokenizer(config) -> ByteTokenizer:
+    """The tokenizer of a ModelConfig: bytes plus the model's BOS/EOS ids."""
+    return ByteTokenizer(config.vocab_size, config.bos_token_id, config.eos_token_ids)
+
+
 class IncrementalDecoder:
     """Turns a growing list of token ids into text deltas, never splitting a UTF-8 character."""
 

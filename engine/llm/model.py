@@ -1,0 +1,159 @@
+"""A Llama-style decoder, split by tensor parallelism (and pipeline stages) as resolved.
+
+Column-parallel projections (q/k/v, gate/up) keep 1/n of the output features per rank;
+row-parallel ones (o, down) keep 1/n of the input features and sum the partial outputs across
+ranks. Attention heads are split over the attention ranks (the TP group, or a DP-attention group);
+the MLP is always split over the whole TP group. Embeddings and the LM head are small here and
+replicated. Weights are loaded by their HF names, each rank taking only its shard.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+from engine.llm.model_config import ModelConfig
+
+if TYPE_CHECKING:
+    from engine.llm.attention import AttentionBackend
+    from engine.llm.batch import ForwardBatch
+    from engine.llm.kv_cache import KVPool
+    from engine.llm.parallel import Comm
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    variance = x.float().pow(2).mean(-1, keepdim=True)
+    return (x.float() * torch.rsqrt(variance + eps)).to(x.dtype) * weight
+
+
+class RotaryEmbedding:
+    """HF Llama rotary embedding (rotate-half layout), precomputed up to the context length."""
+
+    def __init__(self, head_dim: int, theta: float, max_positions: int, device: torch.device):
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+        angles = torch.outer(torch.arange(max_positions, dtype=torch.float64), inv_freq)
+        emb = torch.cat([angles, angles], dim=-1)
+        self.cos = emb.cos().float().to(device)
+        self.sin = emb.sin().float().to(device)
+
+    def __call__(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """x [T, H, D] rotated by each token's position."""
+        cos = self.cos[positions][:, None, :]
+        sin = self.sin[positions][:, None, :]
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return (x.float() * cos + rotated.float() * sin).to(x.dtype)
+
+
+class StepContext:
+    """What a forward step needs besides the weights: the batch, the KV pool, the backends."""
+
+    def __init__(self, batch: "ForwardBatch", pool: "KVPool", attention: "AttentionBackend"):
+        self.batch = batch
+        self.pool = pool
+        self.attention = attention
+
+
+class DecoderLayer:
+    def __init__(self, config: ModelConfig, index: int, pool_index: int, comm: "Comm",
+                 dtype: torch.dtype, device: torch.device):
+        self.config, self.pool_index, self.comm = config, pool_index, comm
+        self.prefix = f"model.layers.{index}."
+        self.heads = config.num_heads // comm.attn_tp_size
+        self.kv_heads = config.num_kv_heads // comm.attn_tp_size
+        self.dtype, self.device = dtype, device
+
+    def load(self, source) -> None:
+        comm, p = self.comm, self.prefix
+        attn = dict(dim=0, index=comm.attn_tp_rank, parts=comm.attn_tp_size)
+        mlp = dict(dim=0, index=comm.tp_rank, parts=comm.tp_size)
+        put = self._put
+        self.qkv = put(torch.cat([source.get(p + f"self_attn.{n}_proj.weight", **attn) for n in "qkv"]))
+        self.o = put(source.get(p + "self_attn.o_proj.weight", dim=1, index=comm.attn_tp_rank,
+                                parts=comm.attn_tp_size))
+        self.gate_up = put(torch.cat([source.get(p + f"mlp.{n}_proj.weight", **mlp) for n in ("gate", "up")]))
+        self.down = put(source.get(p + "mlp.down_proj.weight", dim=1, index=comm.tp_rank, parts=comm.tp_size))
+        self.input_norm = put(source.get(p + "input_layernorm.weight"))
+        self.post_norm = put(source.get(p + "post_attention_layernorm.weight"))
+
+    def _put(self, t: torch.Tensor) -> torch.Tensor:
+        return t.to(device=self.device, dtype=self.dtype)
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.qkv, self.o, self.gate_up, self.down, self.input_norm, self.post_norm]
+
+    def forward(self, x: torch.Tensor, ctx: StepContext, rope: RotaryEmbedding) -> torch.Tensor:
+        c, batch = self.config, ctx.batch
+        h = rms_norm(x, self.input_norm, c.rms_norm_eps)
+        qkv = F.linear(h, self.qkv)
+        q_size, kv_size = self.heads * c.head_dim, self.kv_heads * c.head_dim
+        q = qkv[:, :q_size].reshape(-1, self.heads, c.head_dim)
+        k = qkv[:, q_size:q_size + kv_size].reshape(-1, self.kv_heads, c.head_dim)
+        v = qkv[:, q_size + kv_size:].reshape(-1, self.kv_heads, c.head_dim)
+        q, k = rope(q, batch.positions), rope(k, batch.positions)
+        ctx.pool.write(self.pool_index, batch.out_slots, k, v)
+        if batch.mode == "decode":
+            attn = ctx.attention.decode(q, ctx.pool, self.pool_index, batch)
+        else:
+            attn = ctx.attention.extend(q, ctx.pool, self.pool_index, batch)
+        x = x + self.comm.attn_all_reduce(F.linear(attn.reshape(-1, q_size), self.o))
+        h = rms_norm(x, self.post_norm, c.rms_norm_eps)
+        h_all, own = self.comm.gather_attention_groups(h)
+        gate, up = F.linear(h_all, self.gate_up).chunk(2, dim=-1)
+        mlp = self.comm.tp_all_reduce(F.linear(F.silu(gate) * up, self.down))
+        return x + mlp[own]
+
+
+class LlamaStage:
+    """The layers of one pipeline stage; the first embeds tokens, the last produces logits."""
+
+    def __init__(self, config: ModelConfig, comm: "Comm", dtype: torch.dtype, device: torch.device,
+                 max_positions: int):
+        self.config, self.comm, self.dtype, self.device = config, comm, dtype, device
+        self.first, self.last = layer_range(config.num_layers, comm.pp_size, comm.pp_rank)
+        self.layers = [DecoderLayer(config, i, i - self.first, comm, dtype, device)
+                       for i in range(self.first, self.last)]
+        self.rope = RotaryEmbedding(config.head_dim, config.rope_theta, max_positions, device)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def load(self, source) -> None:
+        def put(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device=self.device, dtype=self.dtype)
+
+        if self.comm.is_first_stage:
+            self.embed = put(source.get("model.embed_tokens.weight"))
+        if self.comm.is_last_stage:
+            self.norm = put(source.get("model.norm.weight"))
+            tied = self.config.tie_word_embeddings or not source.has("lm_head.weight")
+            self.lm_head = put(source.get("model.embed_tokens.weight" if tied else "lm_head.weight"))
+        for layer in self.layers:
+            layer.load(source)
+
+    def weight_bytes(self) -> int:
+        tensors = [t for layer in self.layers for t in layer.tensors()]
+        tensors += [getattr(self, n) for n in ("embed", "norm", "lm_head") if hasattr(self, n)]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    @torch.inference_mode()
+    def forward(self, ctx: StepContext, hidden: torch.Tensor | None = None) -> torch.Tensor:
+        """Hidden states for the next stage, or on the last stage the fp32 logits of the tokens
+        that end a sampling sequence."""
+        x = F.embedding(ctx.batch.input_ids, self.embed) if self.comm.is_first_stage else hidden
+        for layer in self.layers:
+            x = layer.forward(x, ctx, self.rope)
+        if not self.comm.is_last_stage:
+            return x
+        x = rms_norm(x[ctx.batch.sample_index], self.norm, self.config.rms_norm_eps)
+        return F.linear(x, self.lm_head).float()
+
+
+def layer_range(num_layers: int, pp_size: int, pp_rank: int) -> tuple[int, int]:
+    """Layers [start, end) of one stage: spread evenly, the first stages taking one extra when uneven."""
+    base, extra = divmod(num_layers, pp_size)
+    start = pp_rank * base + min(pp_rank, extra)
+    return start, start + base + (1 if pp_rank < extra else 0)

@@ -1,0 +1,292 @@
+"""The scheduling policy: which sequences run in the next forward step, and what their results mean.
+
+Pure bookkeeping over the KV pool and the radix cache, no sockets and no model, so every rank of a
+group runs it identically (they see the same requests in the same order) and tests can drive it
+in-process. Policy, as resolved:
+- a prefill step whenever waiting requests fit, else a decode step over every running request;
+- at most max_running_requests running; a prefill step takes at most max_prefill_tokens new tokens,
+  and with chunked_prefill_size a long prompt is cut into chunks of at most that many tokens
+  (continued first in the next prefill step);
+- schedule_policy fcfs takes requests in arrival order, lpm the longest cached prefix first
+  (falling back to fcfs above LPM_MAX_WAITING waiting requests, as upstream does);
+- a request reserves KV pages for its prompt plus max_new_tokens when admitted, so a running
+  request never has to be preempted; cached prefix pages are shared, not reserved again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import torch
+
+from engine.llm.batch import SeqSlice
+from engine.llm.kv_cache import KVPool
+from engine.llm.radix_cache import Node, RadixCache
+from engine.llm.sampling import SamplingParams, request_generator
+from engine.llm.tokenizer import ByteTokenizer
+
+LPM_MAX_WAITING = 128
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerLimits:
+    page_size: int
+    context_length: int
+    max_running_requests: int
+    max_prefill_tokens: int
+    chunked_prefill_size: int | None
+    max_queued_requests: int | None
+    schedule_policy: str
+    disable_radix_cache: bool
+    random_seed: int
+    stream_interval: int
+
+
+@dataclasses.dataclass(eq=False)
+class Req:
+    rid: str
+    input_ids: list[int]
+    params: SamplingParams
+    stream: bool
+    arrival: int
+    generator: torch.Generator
+    output_ids: list[int] = dataclasses.field(default_factory=list)
+    pages: list[int] = dataclasses.field(default_factory=list)
+    prefix_len: int = 0          # prompt tokens whose KV came from the cache
+    computed: int = 0            # tokens whose KV is in the pool (prefix included)
+    node: Node | None = None     # locked radix node of the cached prefix
+    finish_reason: dict | None = None
+    sent: int = 0                # output ids already reported
+
+    @property
+    def prefilled(self) -> bool:
+        return self.computed >= len(self.input_ids)
+
+    def next_slice(self, max_tokens: int | None = None) -> SeqSlice:
+        """The tokens this request feeds the next step: (part of) the prompt, or its last output."""
+        if not self.prefilled:
+            end = len(self.input_ids) if max_tokens is None else min(len(self.input_ids), self.computed + max_tokens)
+            return SeqSlice(self.input_ids[self.computed:end], self.computed, self.pages,
+                            sample=end == len(self.input_ids))
+        return SeqSlice([self.output_ids[-1]], self.computed, self.pages, sample=True)
+
+
+@dataclasses.dataclass
+class Step:
+    """The scheduler's decision: requests and what each feeds the model this step."""
+
+    reqs: list[Req]
+    slices: list[SeqSlice]
+    kind: str  # "prefill" or "decode"
+
+
+class Scheduler:
+    def __init__(self, limits: SchedulerLimits, pool: KVPool, tokenizer: ByteTokenizer):
+        self.limits = limits
+        self.pool = pool
+        self.tokenizer = tokenizer
+        self.cache = None if limits.disable_radix_cache else RadixCache(limits.page_size, pool.release)
+        self.waiting: list[Req] = []
+        self.running: list[Req] = []
+        self.chunked: Req | None = None  # admitted, prompt partly prefilled
+        self._arrivals = 0
+        self._outputs: list[dict[str, Any]] = []
+
+    # -- requests in -------------------------------------------------------------------------------
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self.chunked)
+
+    def handle(self, message: dict[str, Any]) -> None:
+        if message["type"] == "generate":
+            self._add(message)
+        elif message["type"] == "abort":
+            self._abort(message["rid"])
+
+    def _add(self, message: dict[str, Any]) -> None:
+        rid, input_ids = message["rid"], list(message["input_ids"])
+        params = SamplingParams.from_request(message.get("sampling") or {})
+        arrival = self._arrivals
+        self._arrivals += 1
+        needed = len(input_ids) + params.max_new_tokens
+        problem = None
+        if not input_ids:
+            problem = "the prompt is empty"
+        elif needed > self.limits.context_length:
+            problem = (f"the prompt ({len(input_ids)} tokens) plus max_new_tokens "
+                       f"({params.max_new_tokens}) exceeds the context length of "
+                       f"{self.limits.context_length} tokens")
+        elif self._pages_for(needed) > self.pool.num_pages:
+            problem = (f"the prompt plus max_new_tokens ({needed} tokens) is more than the whole KV "
+                       f"cache holds ({self.pool.capacity_tokens} tokens)")
+        elif self.limits.max_queued_requests is not None and len(self.waiting) >= self.limits.max_queued_requests:
+            self._error(rid, f"the queue is full ({self.limits.max_queued_requests} waiting requests, "
+                             "--max-queued-requests); retry later", 503, len(input_ids))
+            return
+        if problem:
+            self._error(rid, problem, 400, len(input_ids))
+            return
+        self.waiting.append(Req(rid, input_ids, params, bool(message.get("stream")), arrival,
+                                request_generator(self.limits.random_seed, arrival, params.seed)))
+
+    def _abort(self, rid: str) -> None:
+        for req in self.waiting:
+            if req.rid == rid:
+                self.waiting.remove(req)
+                return
+        for req in [*self.running, *([self.chunked] if self.chunked else [])]:
+            if req.rid == rid:
+                req.finish_reason = {"type": "abort"}
+                self._release(req)
+                self.running = [r for r in self.running if r is not req]
+                if self.chunked is req:
+                    self.chunked = None
+                return
+
+    def _error(self, rid: str, message: str, code: int, prompt_tokens: int) -> None:
+        self._outputs.append({"rid": rid, "ids": [], "finished": True,
+                              "finish_reason": {"type": "abort"}, "prompt_tokens": prompt_tokens,
+                              "completion_tokens": 0, "cached_tokens": 0, "error": message,
+                              "error_code": code})
+
+    # -- choosing a step ---------------------------------------------------------------------------
+
+    def next_step(self) -> Step | None:
+        step = self._prefill_step()
+        if step is not None:
+            return step
+        if self.running:
+            return Step(list(self.running), [r.next_slice() for r in self.running], "decode")
+        return None
+
+    def _pages_for(self, tokens: int) -> int:
+        return -(-tokens // self.limits.page_size)
+
+    def _ordered_waiting(self) -> list[Req]:
+        if self.limits.schedule_policy == "lpm" and self.cache is not None and len(self.waiting) <= LPM_MAX_WAITING:
+            matched = {id(r): len(self.cache.match_prefix(r.input_ids[:-1])[0]) for r in self.waiting}
+            return sorted(self.waiting, key=lambda r: (-matched[id(r)], r.arrival))
+        return list(self.waiting)
+
+    def _prefill_step(self) -> Step | None:
+        limits = self.limits
+        budget = limits.max_prefill_tokens
+        chunk = limits.chunked_prefill_size
+        reqs, slices, used = [], [], 0
+        candidates = ([self.chunked] if self.chunked else []) + self._ordered_waiting()
+        for req in candidates:
+            if req is not self.chunked:
+                if len(self.running) + len(reqs) >= limits.max_running_requests:
+                    break
+                if not self._admit(req):
+                    break  # not enough KV memory now; keep arrival order, retry next step
+                self.waiting.remove(req)
+            remaining = len(req.input_ids) - req.computed
+            room = budget - used if chunk is None else min(budget, chunk) - used
+            if remaining > room and chunk is None and reqs:
+                self._unadmit(req)
+                break
+            take = remaining if chunk is None else min(remaining, room)
+            reqs.append(req)
+            slices.append(req.next_slice(take))
+            used += take
+            self.chunked = None if take == remaining else req
+            if used >= (budget if chunk is None else min(budget, chunk)):
+                break
+        return Step(reqs, slices, "prefill") if reqs else None
+
+    def _admit(self, req: Req) -> bool:
+        """Give `req` its KV pages: the cached prefix (shared) plus new ones for the rest."""
+        pages, node = ([], None) if self.cache is None else self.cache.match_prefix(req.input_ids[:-1])
+        if node is not None:
+            self.cache.lock(node)
+        need = self._pages_for(len(req.input_ids) + req.params.max_new_tokens) - len(pages)
+        if self.pool.free_pages < need and self.cache is not None:
+            self.cache.evict(need - self.pool.free_pages)
+        new = self.pool.alloc(need)
+        if new is None:
+            if node is not None:
+                self.cache.unlock(node)
+            return False
+        req.pages, req.node = pages + new, node
+        req.prefix_len = req.computed = len(pages) * self.limits.page_size
+        return True
+
+    def _unadmit(self, req: Req) -> None:
+        """Undo `_admit` for a request that did not fit this step after all."""
+        cached = req.prefix_len // self.limits.page_size
+        self.pool.release(req.pages[cached:])
+        if req.node is not None:
+            self.cache.unlock(req.node)
+        req.pages, req.node, req.prefix_len, req.computed = [], None, 0, 0
+        self.waiting.append(req)
+        self.waiting.sort(key=lambda r: r.arrival)
+
+    # -- results in --------------------------------------------------------------------------------
+
+    def process(self, step: Step, sampled: Sequence[int]) -> None:
+        """Apply one step's sampled tokens (one per slice with sample=True)."""
+        tokens = iter(sampled)
+        for req, piece in zip(step.reqs, step.slices):
+            req.computed += len(piece.token_ids)
+            if piece.sample:
+                req.output_ids.append(int(next(tokens)))
+                req.finish_reason = self._finish_reason(req)
+            if req.finish_reason is not None:
+                self._release(req)
+                self.running = [r for r in self.running if r is not req]
+            elif req.prefilled and req not in self.running:
+                self.running.append(req)
+            self._report(req)
+
+    def _finish_reason(self, req: Req) -> dict | None:
+        token, p = req.output_ids[-1], req.params
+        if not p.ignore_eos and token in self.tokenizer.eos_token_ids:
+            return {"type": "stop", "matched": token}
+        if token in p.stop_token_ids:
+            return {"type": "stop", "matched": token}
+        if p.stop:
+            tail = self.tokenizer.decode(req.output_ids[-64:])
+            for s in p.stop:
+                if s in tail:
+                    return {"type": "stop", "matched": s}
+        if len(req.output_ids) >= p.max_new_tokens:
+            return {"type": "length", "length": p.max_new_tokens}
+        if len(req.input_ids) + len(req.output_ids) >= self.limits.context_length:
+            return {"type": "length", "length": len(req.output_ids)}
+        return None
+
+    def _release(self, req: Req) -> None:
+        """Return a finished request's pages: full pages of its KV go to the cache, the rest free."""
+        page_size = self.limits.page_size
+        if self.cache is None:
+            self.pool.release(req.pages)
+        else:
+            kv_tokens = (req.input_ids + req.output_ids)[:req.computed]
+            full_pages = len(kv_tokens) // page_size
+            cached = self.cache.insert(kv_tokens[:full_pages * page_size], req.pages[:full_pages])
+            own_start = req.prefix_len // page_size
+            self.pool.release(req.pages[own_start:max(own_start, cached // page_size)])
+            self.pool.release(req.pages[full_pages:])
+            if req.node is not None:
+                self.cache.unlock(req.node)
+        req.pages, req.node = [], None
+
+    def _report(self, req: Req) -> None:
+        """Queue an output: streams every stream_interval tokens and at the end, others at the end."""
+        finished = req.finish_reason is not None
+        pending = len(req.output_ids) - req.sent
+        due = finished or (req.stream and pending >= self.limits.stream_interval)
+        if not due:
+            return
+        ids = req.output_ids[req.sent:] if req.stream else list(req.output_ids)
+        req.sent = len(req.output_ids)
+        self._outputs.append({"rid": req.rid, "ids": ids, "finished": finished,
+                              "finish_reason": req.finish_reason, "prompt_tokens": len(req.input_ids),
+                              "completion_tokens": len(req.output_ids), "cached_tokens": req.prefix_len,
+                              "error": None, "error_code": None})
+
+    def take_outputs(self) -> list[dict[str, Any]]:
+        outputs, self._outputs = self._outputs, []
+        return outputs

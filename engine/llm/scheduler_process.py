@@ -1,0 +1,78 @@
+"""A scheduler rank as a process: the Worker plus its sockets and the loop that keeps ranks in step.
+
+Each loop iteration: the request leader of a group drains its ZMQ inbox (blocking briefly only when
+nothing anywhere is running), broadcasts what it got to the ranks of its group, every rank runs
+one Worker step, and the leader pushes the outputs to the detokenizer. When idle the leader still
+broadcasts every IDLE_WAIT_S so waiting ranks never hit a collective timeout.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import zmq
+
+from engine.llm.messages import pack, unpack
+from engine.llm.settings import EngineSettings, Rank
+from engine.llm.worker import Worker
+from engine.ports import Endpoints, bind_private
+from engine.supervisor import report_ready
+from resolver.frozen import ResolvedConfig
+
+IDLE_WAIT_S = 1.0
+# Under DP attention every attention group steps together, so an idle group must not sleep long
+# while another one has work waiting to start.
+DP_ATTENTION_IDLE_WAIT_S = 0.02
+
+
+def cpu_threads(settings: EngineSettings) -> int:
+    """Intra-op threads per rank: OMP_NUM_THREADS if set, else the cores shared by this node's ranks."""
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        return max(1, int(os.environ["OMP_NUM_THREADS"]))
+    return max(1, (os.cpu_count() or 1) // len(settings.topology.ranks_on_this_node()))
+
+
+def _drain(inbox, wait_s: float) -> list[dict]:
+    """Every message waiting in the inbox, after waiting up to `wait_s` for the first one."""
+    messages = []
+    if wait_s and not inbox.poll(int(wait_s * 1000)):
+        return messages
+    while True:
+        try:
+            messages.append(unpack(inbox.recv(zmq.NOBLOCK)))
+        except zmq.Again:
+            return messages
+
+
+def run_scheduler(config_data: dict, rank: Rank, endpoints: Endpoints) -> None:
+    """Process entry point of one (dp, pp, tp) rank."""
+    settings = EngineSettings.from_config(ResolvedConfig.from_dict(config_data))
+    if settings.device_type == "cpu":
+        torch.set_num_threads(cpu_threads(settings))
+        if "triton" in (settings.prefill_attention_backend, settings.decode_attention_backend):
+            os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton runs on CPU only interpreted
+    worker = Worker(settings, rank, endpoints.dist_init_methods[rank.world])
+    comm = worker.comm
+    inbox = outbox = None
+    if comm.is_request_leader:
+        context = zmq.Context()
+        context.setsockopt(zmq.LINGER, 0)  # never block exit on unsent messages
+        inbox = context.socket(zmq.PULL)
+        bind_private(inbox, endpoints.scheduler_inputs[rank.dp])
+        outbox = context.socket(zmq.PUSH)
+        outbox.connect(endpoints.detokenizer)
+        outbox.send(pack({"type": "ready", "dp": rank.dp, "runtime": worker.runtime_info()}))
+    report_ready()
+    idle_wait = DP_ATTENTION_IDLE_WAIT_S if comm.dp_attention else IDLE_WAIT_S
+    while True:
+        payload = None
+        if inbox is not None:
+            busy = worker.has_work() or worker.any_group_busy
+            messages = _drain(inbox, 0 if busy else idle_wait)
+            payload = pack({"type": "messages", "messages": messages}) if messages else b""
+        payload = comm.share_bytes(payload)
+        messages = unpack(payload)["messages"] if payload else []
+        outputs = worker.step(messages)
+        if outbox is not None and outputs:
+            outbox.send(pack({"type": "outputs", "items": outputs}))

@@ -1,0 +1,54 @@
+"""`serve(config)`: start the process topology a resolved LLM config describes and supervise it.
+
+Everything that can be checked without starting a process is checked first (settings, model folder,
+parallel split, ports), so a bad launch fails in milliseconds with one clear paragraph and nothing
+to clean up. Then, on node 0, the front end and the detokenizer, and on every node its scheduler
+ranks, all under one ProcessGroup: if any of them dies, all of them stop and the exit code says so.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from engine.llm.detokenizer import run_detokenizer
+from engine.llm.http_server import run_http
+from engine.llm.model_config import context_length, load_model_config
+from engine.llm.scheduler_process import run_scheduler
+from engine.llm.settings import EngineSettings
+from engine import ports
+from engine.supervisor import ProcessGroup
+from resolver.errors import UsageError
+from resolver.frozen import ResolvedConfig
+
+
+def serve(config: ResolvedConfig) -> int:
+    """Block until shutdown: 0 after SIGINT/SIGTERM, non-zero if a process failed."""
+    settings = EngineSettings.from_config(config)
+    topo = settings.topology
+    model = load_model_config(settings.model_path)
+    model.check_parallel(topo.tp_size, topo.attn_tp_size, topo.pp_size)
+    context_length(settings.context_length, model)
+    front_end_here = topo.node_rank == 0
+    if front_end_here and not ports.port_is_free(settings.port, settings.host):
+        raise UsageError(f"--port {settings.port} on {settings.host} is already in use; pick another "
+                         "with --port.")
+    endpoints = ports.allocate(port=settings.port, nccl_port=settings.nccl_port,
+                               dist_init_addr=settings.dist_init_addr, nnodes=topo.nnodes,
+                               dp_size=topo.dp_size, dp_attention=topo.dp_attention,
+                               worlds=topo.num_worlds)
+    data = config.to_dict()
+    group = ProcessGroup("accord serve")
+    group.add_cleanup(endpoints.cleanup)
+    try:
+        if front_end_here:
+            group.start("http", run_http, data, endpoints)
+            group.start("detokenizer", run_detokenizer, data, endpoints)
+        for rank in topo.ranks_on_this_node():
+            group.start(rank.name, run_scheduler, data, rank, endpoints)
+        where = f"http://{settings.host}:{settings.port}" if front_end_here else f"node {topo.node_rank}"
+        pids = " ".join(f"{name}={pid}" for name, pid in group.pids().items())
+        return group.run(on_ready=lambda: print(
+            f"accord serve: ready at {where} (config {config.hash[:12]}, tp={topo.tp_size} "
+            f"pp={topo.pp_size} dp={topo.dp_size}; processes {pids})", file=sys.stderr, flush=True))
+    finally:
+        group.shutdown()

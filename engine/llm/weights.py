@@ -1,0 +1,96 @@
+"""Where weights come from: seeded dummy tensors or a local safetensors checkpoint (HF names).
+
+Each rank asks for exactly its shard (`get(name, dim, index, parts)`), so a TP rank reads only its
+slice of the file. Dummy weights are generated as the *full* tensor from a seed derived from the
+random seed and the tensor's name, then sliced: every TP/PP split of the same seed therefore holds
+the same model, which is what makes tp=2 comparable with tp=1 token for token.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import torch
+
+from engine.llm.model_config import ModelConfig
+from resolver.errors import UsageError
+
+
+def _shard(full: torch.Tensor, dim: int | None, index: int, parts: int) -> torch.Tensor:
+    if dim is None or parts == 1:
+        return full
+    size = full.shape[dim] // parts
+    return full.narrow(dim, index * size, size)
+
+
+class DummyWeights:
+    """Random weights, identical for a given seed however the model is split."""
+
+    def __init__(self, config: ModelConfig, seed: int):
+        self.config = config
+        self.seed = seed
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        c = self.config
+        q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+        leaf = name.rsplit(".", 2)[-2]
+        shapes = {
+            "embed_tokens": (c.vocab_size, c.hidden_size), "lm_head": (c.vocab_size, c.hidden_size),
+            "q_proj": (q, c.hidden_size), "k_proj": (kv, c.hidden_size), "v_proj": (kv, c.hidden_size),
+            "o_proj": (c.hidden_size, q), "gate_proj": (c.intermediate_size, c.hidden_size),
+            "up_proj": (c.intermediate_size, c.hidden_size), "down_proj": (c.hidden_size, c.intermediate_size),
+        }
+        return shapes.get(leaf, (c.hidden_size,))  # the remaining tensors are norm weights
+
+    def get(self, name: str, dim: int | None = None, index: int = 0, parts: int = 1) -> torch.Tensor:
+        shape = self.shape(name)
+        if len(shape) == 1:
+            return torch.ones(shape)  # norms start as the identity scale
+        generator = torch.Generator().manual_seed((self.seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
+        std = 1.0 if name.endswith("embed_tokens.weight") else shape[1] ** -0.5
+        full = torch.randn(shape, generator=generator) * std
+        return _shard(full, dim, index, parts)
+
+    def has(self, name: str) -> bool:
+        return True
+
+
+class SafetensorsWeights:
+    """Tensors of every *.safetensors file of a local folder, read lazily slice by slice."""
+
+    def __init__(self, folder: Path):
+        from safetensors import safe_open
+
+        files = sorted(folder.glob("*.safetensors"))
+        if not files:
+            raise UsageError(f"--model-path {str(folder)!r} has no *.safetensors files; add the "
+                             "checkpoint or serve random weights with --load-format dummy.")
+        self._handles = [safe_open(str(f), framework="pt") for f in files]
+        self._where = {name: h for h in self._handles for name in h.keys()}
+
+    def has(self, name: str) -> bool:
+        return name in self._where
+
+    def get(self, name: str, dim: int | None = None, index: int = 0, parts: int = 1) -> torch.Tensor:
+        if name not in self._where:
+            raise UsageError(f"the checkpoint has no tensor {name!r}; it does not look like a Llama "
+                             "checkpoint in HF naming.")
+        tensor_slice = self._where[name].get_slice(name)
+        if dim is None or parts == 1:
+            return tensor_slice[:]
+        shape = tensor_slice.get_shape()
+        size = shape[dim] // parts
+        index_expr = [slice(None)] * len(shape)
+        index_expr[dim] = slice(index * size, (index + 1) * size)
+        return tensor_slice[tuple(index_expr)]
+
+
+def weight_source(model_path: str | None, load_format: str, config: ModelConfig, seed: int):
+    """'dummy' (and 'auto' without a model folder) -> seeded random; otherwise the safetensors."""
+    if load_format == "dummy" or (load_format == "auto" and model_path is None):
+        return DummyWeights(config, seed)
+    if model_path is None:
+        raise UsageError(f"--load-format {load_format} needs --model-path pointing at a local "
+                         "checkpoint folder; the built-in model has dummy weights only.")
+    return SafetensorsWeights(Path(model_path))

@@ -1,0 +1,64 @@
+"""`accord completion bash|zsh`: scripts generated from the catalogs that really complete in the shells."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from resolver import cli
+from resolver.catalog import load_catalog
+from resolver.completion import script
+
+BASH = shutil.which("bash")
+ZSH = shutil.which("zsh")
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_script_lists_every_flag_spelling_of_both_systems(shell):
+    text = script(shell)
+    for system in ("llm", "diffusion"):
+        for flag in load_catalog(system):
+            for spelling in () if flag.meta else flag.option_strings:
+                assert f" {spelling}" in text or f"({spelling}" in text or f"'{spelling}" in text, spelling
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_script_is_deterministic(shell):
+    assert script(shell) == script(shell)
+
+
+def test_an_unknown_shell_exits_2(capsys):
+    assert cli.main(["completion", "fish"]) == 2
+    assert capsys.readouterr().err == "accord completion: unknown shell 'fish'; use one of: bash, zsh.\n"
+
+
+def _bash_complete(*words: str) -> list[str]:
+    program = (script("bash") + "\nCOMP_WORDS=(" + " ".join(f"'{w}'" for w in words) + ")\n"
+               "COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 ))\n_accord\nprintf '%s\\n' \"${COMPREPLY[@]}\"\n")
+    out = subprocess.run([BASH, "--norc", "--noprofile"], input=program, capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+@pytest.mark.skipif(BASH is None, reason="bash is not installed")
+@pytest.mark.parametrize("words, offered", [
+    (("accord", "re"), ["resolve"]),
+    (("accord", "resolve", "--tp-s"), ["--tp-size"]),
+    (("accord", "resolve", "--cuda-graph-backend-decode", ""), ["full", "breakable", "tc_piecewise", "disabled"]),
+    (("accord", "resolve", "--system", "diffusion", "--perf"), ["--performance-mode"]),
+    (("accord", "resolve", "--system", "diffusion", "--mode", ""), ["manual", "auto", "speed", "memory"]),
+    (("accord", "serve", "--system", "diffusion", "--webui", ""), ["true", "false"]),
+    (("accord", "flags", "--group", "exec.mo"), ["exec.moe"]),
+    (("accord", "completion", ""), ["bash", "zsh"]),
+])
+def test_bash_completes_commands_flags_and_enum_values(words, offered):
+    assert _bash_complete(*words) == offered
+
+
+@pytest.mark.skipif(ZSH is None, reason="zsh is not installed")
+def test_zsh_completes_enum_values_after_an_enum_flag():
+    program = (script("zsh") + "\ncompadd() { [[ $1 == -- ]] && shift; print -r -- \"$@\"; }\n"
+               "words=(accord resolve --system diffusion --performance-mode ''); CURRENT=6; _accord\n")
+    out = subprocess.run([ZSH, "-f"], input=program, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["manual", "auto", "speed", "memory"]

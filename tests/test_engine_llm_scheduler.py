@@ -1,0 +1,131 @@
+"""engine.llm.scheduler with scripted tokens (no model): batching budgets, finishing, streaming, memory."""
+
+from __future__ import annotations
+
+import torch
+
+from engine.llm.kv_cache import KVPool
+from engine.llm.scheduler import Scheduler, SchedulerLimits
+from engine.llm.tokenizer import ByteTokenizer
+
+EOS = 257
+
+
+def make(pages: int = 64, page_size: int = 4, **limits) -> Scheduler:
+    pool = KVPool(num_pages=pages, page_size=page_size, num_layers=1, num_kv_heads=1, head_dim=2,
+                  dtype=torch.float32, model_dtype=torch.float32, device=torch.device("cpu"))
+    defaults = dict(page_size=page_size, context_length=256, max_running_requests=8, max_prefill_tokens=1024,
+                    chunked_prefill_size=None, max_queued_requests=None, schedule_policy="fcfs",
+                    disable_radix_cache=False, random_seed=0, stream_interval=1)
+    return Scheduler(SchedulerLimits(**{**defaults, **limits}), pool, ByteTokenizer(258, 256, (EOS,)))
+
+
+def gen(rid: str, prompt: list[int], max_new: int = 4, stream: bool = False, **sampling) -> dict:
+    return {"type": "generate", "rid": rid, "input_ids": prompt, "stream": stream,
+            "sampling": {"max_new_tokens": max_new, "temperature": 0.0, **sampling}}
+
+
+def run_step(sched: Scheduler, token=lambda req: 65):
+    step = sched.next_step()
+    if step is None:
+        return None
+    sched.process(step, [token(r) for r, s in zip(step.reqs, step.slices) if s.sample])
+    return step
+
+
+def run_all(sched: Scheduler, token=lambda req: 65) -> list[dict]:
+    outputs = []
+    while run_step(sched, token) is not None:
+        outputs += sched.take_outputs()
+    return outputs + sched.take_outputs()
+
+
+def test_eos_finishes_unless_ignored_and_stop_strings_match_decoded_text():
+    sched = make()
+    sched.handle(gen("eos", [1, 2], 10))
+    sched.handle(gen("ignore", [1, 2], 3, ignore_eos=True))
+    sched.handle(gen("text", [1, 2], 10, stop=["BC"]))
+    script = {"eos": iter([65, EOS]), "ignore": iter([EOS, EOS, EOS]), "text": iter(b"ABCD")}
+    out = {o["rid"]: o for o in run_all(sched, lambda r: next(script[r.rid]))}
+    assert out["eos"]["ids"] == [65, EOS] and out["eos"]["finish_reason"] == {"type": "stop", "matched": EOS}
+    assert out["ignore"]["ids"] == [EOS] * 3 and out["ignore"]["finish_reason"]["type"] == "length"
+    assert out["text"]["ids"] == list(b"ABC") and out["text"]["finish_reason"] == {"type": "stop", "matched": "BC"}
+
+
+def test_streams_report_every_stream_interval_tokens_and_at_the_end():
+    sched = make(stream_interval=3)
+    sched.handle(gen("s", [1, 2, 3], 7, stream=True))
+    sched.handle(gen("n", [1, 2, 3], 7, stream=False))
+    outs = run_all(sched)
+    streamed = [o for o in outs if o["rid"] == "s"]
+    assert [len(o["ids"]) for o in streamed] == [3, 3, 1] and streamed[-1]["finished"]
+    whole = [o for o in outs if o["rid"] == "n"]
+    assert len(whole) == 1 and len(whole[0]["ids"]) == 7
+
+
+def test_chunked_prefill_cuts_a_long_prompt_and_continues_it_first():
+    sched = make(chunked_prefill_size=16)
+    sched.handle(gen("long", list(range(1, 51)), 2))
+    sched.handle(gen("short", [1, 2, 3], 2))
+    sizes = []
+    while (step := run_step(sched)) is not None:
+        sizes.append([(r.rid, len(s.token_ids), s.sample) for r, s in zip(step.reqs, step.slices)])
+    assert sizes[0] == [("long", 16, False)]
+    assert sizes[1] == [("long", 16, False)]
+    assert sizes[2] == [("long", 16, False)]
+    assert sizes[3] == [("long", 2, True), ("short", 3, True)]
+
+
+def test_prefill_budget_without_chunking_admits_what_fits_and_a_lone_long_prompt():
+    sched = make(max_prefill_tokens=40)
+    sched.handle(gen("a", list(range(1, 31)), 1))
+    sched.handle(gen("b", list(range(31, 61)), 1))
+    sched.handle(gen("huge", list(range(61, 121)), 1))
+    first = run_step(sched)
+    assert [r.rid for r in first.reqs] == ["a"]
+    assert [r.rid for r in run_step(sched).reqs] == ["b"]
+    assert [r.rid for r in run_step(sched).reqs] == ["huge"]
+
+
+def test_admission_waits_for_memory_instead_of_failing():
+    sched = make(pages=6, page_size=4, disable_radix_cache=True)  # 24 tokens of KV
+    sched.handle(gen("a", [1] * 10, 6))  # needs 4 pages
+    sched.handle(gen("b", [2] * 10, 6))  # needs 4 more: must wait for a
+    step = run_step(sched)
+    assert [r.rid for r in step.reqs] == ["a"] and [r.rid for r in sched.waiting] == ["b"]
+    outs = run_all(sched)
+    assert {o["rid"] for o in outs if o["finished"] and not o["error"]} == {"a", "b"}
+    assert sched.pool.free_pages == 6
+
+
+def test_finished_prefixes_are_reused_and_evicted_when_memory_is_needed():
+    sched = make(pages=8, page_size=4)
+    prompt = list(range(1, 14))  # 13 tokens: 3 full pages can be shared
+    sched.handle(gen("a", prompt, 2))
+    run_all(sched)
+    assert sched.cache.cached_pages >= 3
+    sched.handle(gen("b", prompt, 2))
+    step = run_step(sched)
+    assert step.reqs[0].prefix_len == 12 and len(step.slices[0].token_ids) == 1
+    run_all(sched)
+    sched.handle(gen("c", [99] * 28, 4))  # 8 pages: everything cached must go
+    run_all(sched)
+    assert sched.cache.cached_pages <= 8 and sched.pool.free_pages + sched.cache.cached_pages == 8
+
+
+def test_aborting_a_waiting_request_drops_it_silently():
+    sched = make(max_running_requests=1)
+    sched.handle(gen("a", [1, 2], 3))
+    sched.handle(gen("b", [1, 2], 3))
+    run_step(sched)
+    sched.handle({"type": "abort", "rid": "b"})
+    assert {o["rid"] for o in run_all(sched)} == {"a"}
+
+
+def test_context_length_ends_generation_with_length():
+    sched = make(context_length=8)
+    sched.handle(gen("a", [1, 2, 3], 5))
+    out = run_all(sched)[-1]
+    assert out["finish_reason"]["type"] == "length" and len(out["ids"]) == 5
+    sched.handle(gen("b", [1, 2, 3, 4], 5))
+    assert "exceeds the context length of 8" in sched.take_outputs()[0]["error"]

@@ -1,0 +1,220 @@
+"""rules/llm/kernels.yaml says what the kernels' own REQUIREMENTS say (kernels/*: REQUIREMENTS).
+
+The rule file is read with plain yaml and its expressions evaluated by the small evaluator below
+(the subset of the rule language these rules use), so this test depends on no resolver code. On
+a grid of machines, models and flag values it checks that the kernels' declared needs and the
+rules' require/conflict verdicts agree on every point. tests/test_kernels_compile.py checks the
+declared GPU capabilities against what Triton really compiles, closing the loop.
+
+Runs in its own process (tests/test_kernels_isolated.py) because importing the kernel modules
+imports triton.
+"""
+
+import ast
+import functools
+import importlib
+import itertools
+import pkgutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kernels.testing import kernel_test_device
+
+DEVICE = kernel_test_device()
+
+import kernels  # noqa: E402  (after the process check)
+from kernels import kv_quant, rmsnorm  # noqa: E402
+from kernels.attention import decode, extend  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RULES = yaml.safe_load((ROOT / "rules/llm/kernels.yaml").read_text())["rules"]
+CATALOG = {flag["name"]: flag for path in sorted((ROOT / "rules/llm/flags").glob("*.yaml"))
+           for flag in yaml.safe_load(path.read_text())["flags"]}
+KERNEL_MODULES = [decode, extend, kv_quant, rmsnorm]
+BACKENDS_WITH_KERNELS = ("triton", "torch_native")
+FACTS_USED = {"platform", "gpu.sm", "model.head_dim"}
+
+
+class Unknown(Exception):
+    """An expression read a fact the point does not know."""
+
+
+def evaluate(text: str, flags: dict, facts: dict, user_set: frozenset = frozenset()):
+    """Value of a rule expression (the subset of the rule language kernels.yaml uses)."""
+
+    def value(node):
+        if isinstance(node, ast.BoolOp):
+            results = (value(v) for v in node.values)
+            return all(results) if isinstance(node.op, ast.And) else any(results)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return not value(node.operand)
+        if isinstance(node, ast.Compare):
+            left = value(node.left)
+            for op, right_node in zip(node.ops, node.comparators):
+                right = value(right_node)
+                if not COMPARE[type(op)](left, right):
+                    return False
+                left = right
+            return True
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [value(element) for element in node.elts]
+        if isinstance(node, ast.Call) and node.func.id == "is_set":
+            return node.args[0].id in user_set
+        name = dotted(node)
+        if name in flags:
+            return flags[name]
+        if name not in facts:
+            raise Unknown(name)
+        return facts[name]
+
+    return value(parse(text))
+
+
+@functools.lru_cache(maxsize=None)
+def parse(text: str) -> ast.AST:
+    return ast.parse(text, mode="eval").body
+
+
+COMPARE = {
+    ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b,
+    ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b,
+    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+    ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b,
+}
+
+
+def dotted(node) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{dotted(node.value)}.{node.attr}"
+    raise AssertionError(f"kernels.yaml uses {ast.dump(node)}, which this test's evaluator lacks")
+
+
+def names_in(text: str) -> set:
+    tree = ast.parse(text, mode="eval")
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            found.add(dotted(node))
+        elif isinstance(node, ast.Name) and not any(
+                isinstance(parent, ast.Attribute) and parent.value is node for parent in ast.walk(tree)):
+            found.add(node.id)
+    return found - {"is_set"}
+
+
+def rules_allow(flags: dict, facts: dict, rules: list = RULES) -> bool:
+    """No conflict fires and no require fails (a rule whose facts are unknown does neither)."""
+    for rule in rules:
+        if rule["kind"] not in ("require", "conflict"):
+            continue
+        try:
+            if not evaluate(rule.get("when", "True"), flags, facts):
+                continue
+            if rule["kind"] == "conflict" or not evaluate(rule["require"], flags, facts):
+                return False
+        except Unknown:
+            continue
+    return True
+
+
+def kernels_allow(flags: dict, facts: dict) -> bool:
+    """The same verdict, from the kernel modules' REQUIREMENTS alone."""
+    backend = flags["attention_backend"]
+    if backend not in BACKENDS_WITH_KERNELS:
+        return True
+    needs = [module.REQUIREMENTS for module in KERNEL_MODULES]
+    kv = flags["kv_cache_dtype"]
+    if any("kv_cache_dtypes" in need and kv not in need["kv_cache_dtypes"] for need in needs):
+        return False            # a dtype neither the kernels nor their references store
+    if backend == "torch_native":
+        return True
+    if any(facts["platform"] not in need["platforms"] for need in needs):
+        return False
+    if facts["platform"] == "cuda" and any(facts["gpu.sm"] < need.get("min_cuda_sm", {}).get(kv, 0)
+                                           for need in needs):
+        return False
+    head_dim = facts.get("model.head_dim")
+    if head_dim is not None and any(head_dim > need.get("max_head_dim", head_dim) for need in needs):
+        return False
+    return all(flags[flag] is None or flags[flag] >= lowest
+               for need in needs for flag, lowest in need.get("flag_minimums", {}).items())
+
+
+def grid():
+    """Every combination of the values the rules and requirements distinguish between."""
+    machines = [{"platform": "cuda", "gpu.sm": sm} for sm in (70, 75, 80, 86, 89, 90, 100, 120)]
+    machines += [{"platform": p, "gpu.sm": None} for p in ("rocm", "cpu", "xpu", "npu", "mps")]
+    models = [{}, {"model.head_dim": 128}, {"model.head_dim": 256}, {"model.head_dim": 512}]
+    for machine, model, backend, kv, splits, tile in itertools.product(
+            machines, models, ["triton", "torch_native", "flashinfer"], CATALOG["kv_cache_dtype"]["choices"],
+            [0, 1, 8], [None, 0, 64]):
+        flags = {"attention_backend": backend, "kv_cache_dtype": kv, "triton_attention_num_kv_splits": splits,
+                 "triton_attention_split_tile_size": tile, "triton_attention_reduce_in_fp32": False}
+        yield flags, {**machine, **model}
+
+
+def test_rules_and_kernel_requirements_agree_on_every_point_of_the_grid():
+    disagreements = [(flags, facts) for flags, facts in grid()
+                     if rules_allow(flags, facts) != kernels_allow(flags, facts)]
+    assert not disagreements, f"{len(disagreements)} disagreements, first: {disagreements[0]}"
+
+
+def test_the_grid_reaches_both_verdicts_for_every_hard_rule():
+    """Each require/conflict rule decides some point alone, so none is dead or redundant."""
+    refused = [(flags, facts) for flags, facts in grid() if not rules_allow(flags, facts)]
+    for rule in (r for r in RULES if r["kind"] in ("require", "conflict")):
+        others = [r for r in RULES if r is not rule]
+        assert any(rules_allow(flags, facts, others) for flags, facts in refused), \
+            f"{rule['id']} never decides a point on its own"
+
+
+def test_cpu_interpreter_warning_fires_exactly_for_triton_on_cpu():
+    rule = next(r for r in RULES if r["id"] == "kern.triton.cpu_interpreter")
+    interpreted = {platform for need in (m.REQUIREMENTS for m in KERNEL_MODULES) for platform in need["platforms"]
+                   if platform == "cpu"}
+    for platform in ("cuda", "rocm", "cpu"):
+        for backend in ("triton", "torch_native"):
+            fires = evaluate(rule["when"], {"attention_backend": backend}, {"platform": platform})
+            assert fires == (backend == "triton" and platform in interpreted)
+
+
+@pytest.mark.parametrize("backend, user_set, reduce_in_fp32, fires", [
+    ("triton", {"triton_attention_num_kv_splits"}, True, False),
+    ("torch_native", set(), False, False),
+    ("torch_native", set(), True, True),
+    ("flashinfer", {"triton_attention_num_kv_splits"}, False, True),
+])
+def test_triton_only_flags_warn_when_another_backend_ignores_them(backend, user_set, reduce_in_fp32, fires):
+    rule = next(r for r in RULES if r["id"] == "kern.decode.flags_need_triton")
+    flags = {"attention_backend": backend, "triton_attention_reduce_in_fp32": reduce_in_fp32,
+             "triton_attention_split_tile_size": None, "triton_attention_num_kv_splits": 8}
+    assert evaluate(rule["when"], flags, {}, frozenset(user_set)) == fires
+
+
+def test_every_rule_is_well_formed_and_names_only_known_flags_and_facts():
+    ids = [rule["id"] for rule in RULES]
+    assert len(ids) == len(set(ids))
+    for rule in RULES:
+        assert rule["id"].startswith("kern.") and rule["reason"] and rule["ref"], rule["id"]
+        expected = {"require": {"when", "require"}, "conflict": {"when"}, "warn": {"when", "message"}}[rule["kind"]]
+        assert expected <= set(rule), rule["id"]
+        for key in ("when", "require"):
+            for name in names_in(rule.get(key, "True")):
+                assert name in CATALOG or name in FACTS_USED, f"{rule['id']}: unknown name {name}"
+
+
+def test_every_module_with_triton_kernels_declares_requirements():
+    with_kernels = set()
+    for info in pkgutil.walk_packages(kernels.__path__, "kernels."):
+        module = importlib.import_module(info.name)
+        if any(type(obj).__name__ in ("JITFunction", "InterpretedFunction") and obj.__module__ == info.name
+               for obj in vars(module).values()):
+            with_kernels.add(module)
+            assert {"platforms"} <= set(module.REQUIREMENTS), info.name
+    assert with_kernels == set(KERNEL_MODULES)
