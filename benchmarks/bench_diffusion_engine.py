@@ -8,15 +8,18 @@ For each warmup setting the built-in tiny DiT server is started as `accord serve
 - first / second request at each of two resolutions (HTTP round trip, one image).
 
 The baseline is the server without a plan (`--warmup-mode off`), measured in the same run; the
-ratios compare each setting's first request with the baseline's. Figures only, never asserted.
+ratios compare each setting's first request with the baseline's. With `--repeat N` every figure is
+the median of N launches. Figures only, never asserted.
 
-    .venv/bin/python benchmarks/bench_diffusion_engine.py [--num-gpus N] [--resolutions 256x256 512x512]
+    .venv/bin/python benchmarks/bench_diffusion_engine.py [--num-gpus N] [--repeat N]
+                                                          [--resolutions 256x256 512x512]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import socket
 import subprocess
 import sys
@@ -87,10 +90,17 @@ def measure(label: str, cfg: ResolvedConfig, resolutions: list[str]) -> dict:
     return {"label": label, "ready": ready, "warmup": warmup, "requests": requests}
 
 
+def median_of(runs: list[dict]) -> dict:
+    return {"label": runs[0]["label"], "ready": statistics.median(r["ready"] for r in runs),
+            "warmup": statistics.median(r["warmup"] for r in runs),
+            "requests": {key: statistics.median(r["requests"][key] for r in runs) for key in runs[0]["requests"]}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-gpus", type=int, default=1, help="worker ranks (sequence parallel across them)")
     parser.add_argument("--resolutions", nargs=2, default=["256x256", "512x512"])
+    parser.add_argument("--repeat", type=int, default=1, help="launches per setting (medians are printed)")
     args = parser.parse_args()
     res = args.resolutions
     settings = [
@@ -100,9 +110,11 @@ def main() -> None:
         ("server plan + BCG", {"warmup_mode": "server", "warmup_resolutions": res,
                                "enable_breakable_cuda_graph": True, "bcg_text_buckets": [64]}),
     ]
-    rows = [measure(label, config(args.num_gpus, **overrides), res) for label, overrides in settings]
+    rows = [median_of([measure(label, config(args.num_gpus, **overrides), res) for _ in range(args.repeat)])
+            for label, overrides in settings]
     base = rows[0]["requests"]
-    print(f"tiny DiT on CPU, {args.num_gpus} worker rank(s); times in seconds; ratio = first request / baseline's")
+    print(f"tiny DiT on CPU, {args.num_gpus} worker rank(s), median of {args.repeat} launch(es); times in "
+          "seconds; ratio = first request / baseline's")
     header = f"{'setting':<20} {'ready':>7} {'warmup':>7}"
     for size in res:
         header += f" {size + ' 1st':>13} {'2nd':>7} {'ratio':>6}"

@@ -69,18 +69,19 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def _describe(exc: BaseException) -> str:
-    """One line: the exception type and message, plus where it was raised when it is a bug."""
+def _describe(exc: BaseException) -> tuple[str, int]:
+    """One line (the exception and, for a bug, where it was raised) and the exit status it means:
+    an AccordError keeps its documented exit code (2 for bad usage), anything else is a failure."""
     from resolver.errors import AccordError
 
-    text = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, AccordError):
-        return str(exc)
+        return str(exc), exc.exit_code
+    text = f"{type(exc).__name__}: {exc}"
     frames = traceback.extract_tb(exc.__traceback__)
     if frames:
         last = frames[-1]
         text += f" (at {os.path.basename(last.filename)}:{last.lineno} in {last.name})"
-    return text
+    return text, EXIT_CHILD_FAILED
 
 
 def _exit_on_sigterm(signum, frame) -> None:
@@ -105,8 +106,9 @@ def _child_main(name: str, parent_pid: int, conn, target: Callable, args: tuple,
             _send(conn, {"kind": "error", "text": f"exited with status {exc.code}"})
         raise
     except BaseException as exc:  # noqa: BLE001 - everything is reported, then the child exits
-        _send(conn, {"kind": "error", "text": _describe(exc)})
-        sys.exit(EXIT_CHILD_FAILED)
+        text, code = _describe(exc)
+        _send(conn, {"kind": "error", "text": text})
+        sys.exit(code)
 
 
 class _Child:
@@ -160,7 +162,8 @@ class ProcessGroup:
 
     def run(self, ready_timeout: float | None = None,
             on_ready: Callable[[], None] | None = None) -> int:
-        """Block until shutdown. 0 after SIGINT/SIGTERM or `shutdown()`; non-zero if a child failed.
+        """Block until shutdown. 0 after SIGINT/SIGTERM or `shutdown()`; non-zero if a child failed:
+        the status the failed child exited with (2 for a usage error it reported), else 1.
 
         With `ready_timeout`, every child must call `report_ready()` within that many seconds;
         `on_ready` is called once, in this thread, when all of them have.
@@ -173,8 +176,9 @@ class ProcessGroup:
             self._restore_signal_handlers(restore)
         if failure is None:
             return 0
-        print(failure, file=sys.stderr, flush=True)
-        return EXIT_CHILD_FAILED
+        text, code = failure
+        print(text, file=sys.stderr, flush=True)
+        return code
 
     def request_stop(self) -> None:
         """Ask a running `run()` (possibly in another thread) to shut the group down cleanly."""
@@ -209,8 +213,10 @@ class ProcessGroup:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _watch(self, ready_timeout: float | None, on_ready: Callable[[], None] | None) -> str | None:
-        """Wait for a stop request, a child failure, or a readiness timeout; return a failure text."""
+    def _watch(self, ready_timeout: float | None,
+               on_ready: Callable[[], None] | None) -> tuple[str, int] | None:
+        """Wait for a stop request, a child failure, or a readiness timeout; return the failure's
+        text and exit status."""
         deadline = None if ready_timeout is None else time.monotonic() + ready_timeout
         all_ready_announced = False
         open_readers = {c.reader: c for c in self._children}
@@ -236,7 +242,7 @@ class ProcessGroup:
             if deadline is not None and time.monotonic() >= deadline:
                 waiting = [c.name for c in self._children if not c.ready]
                 return (f"{self.name}: {', '.join(waiting)} did not become ready within "
-                        f"{ready_timeout:g} s; stopped every process of the group.")
+                        f"{ready_timeout:g} s; stopped every process of the group.", EXIT_CHILD_FAILED)
         return None
 
     def _read_report(self, child: _Child) -> bool:
@@ -251,8 +257,9 @@ class ProcessGroup:
             child.error = str(message.get("text"))
         return True
 
-    def _failure_text(self, child: _Child, open_readers: dict) -> str:
-        """The one paragraph printed when a child exits: who, how, and its last reported error."""
+    def _failure_text(self, child: _Child, open_readers: dict) -> tuple[str, int]:
+        """The one paragraph printed when a child exits (who, how, its last reported error) and
+        the status the group should exit with."""
         child.process.join(1.0)
         # The error report is written before the child exits; collect it if not read yet.
         while child.reader in open_readers and child.reader.poll(0):
@@ -268,7 +275,8 @@ class ProcessGroup:
         reason = f" Last error: {child.error}" if child.error else " It reported no error before exiting."
         others = [c.name for c in self._children if c is not child]
         tail = f" Stopped the other processes ({', '.join(others)})." if others else ""
-        return f"{self.name}: process {child.name!r} (pid {child.process.pid}) {how}.{reason}{tail}"
+        status = code if code is not None and code > 0 else EXIT_CHILD_FAILED
+        return f"{self.name}: process {child.name!r} (pid {child.process.pid}) {how}.{reason}{tail}", status
 
     def _drain_wake(self) -> None:
         try:

@@ -1,8 +1,8 @@
 """Triton kernels the resolved configuration can select, each beside the torch reference it must match.
 
 The LLM engine calls these functions with ``impl="triton"`` when the resolved attention backend is
-``triton`` and with ``impl="torch"`` when it is ``torch_native``; :mod:`kernels.settings` maps a
-resolved configuration onto those arguments.
+``triton`` and with ``impl="torch"`` when it is ``torch_native``, passing the resolved
+triton_attention_* flags (num_kv_splits, tile_size, reduce_in_fp32) to decode attention.
 
 Modules (each kernel module keeps its Triton kernel, its plain-torch reference and a note on how the
 two differ side by side, Triton-tutorial style):
@@ -13,7 +13,6 @@ two differ side by side, Triton-tutorial style):
 - :mod:`kernels.attention.extend` causal prefill/extend attention over a cached prefix
 - :mod:`kernels.kv_quant`         FP8 KV-cache quantize-on-write and dequantize-on-read
 - :mod:`kernels.rmsnorm`          fused residual-add + RMSNorm
-- :mod:`kernels.settings`         resolved flag values -> kernel arguments (imports no torch)
 - :mod:`kernels.launch`           where a Triton launch can run (GPU, or the CPU interpreter)
 - :mod:`kernels.testing`          shared builders and tolerances for the tests and benchmarks
 

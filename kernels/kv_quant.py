@@ -73,6 +73,10 @@ def fp8_format(dtype: torch.dtype) -> dict:
             "MIN_EXPONENT": round(math.log2(info.tiny))}
 
 
+NO_ROUNDING = {"FP8_MAX": 0.0, "MANTISSA_BITS": 0, "MIN_EXPONENT": 0}
+"""The FP8 constexprs of a store into a 16-bit cache, where they go unused."""
+
+
 @triton.jit
 def _round_to_fp8(x, FP8_MAX: tl.constexpr, MANTISSA_BITS: tl.constexpr, MIN_EXPONENT: tl.constexpr):
     """Saturate fp32 ``x`` to +-FP8_MAX and round it to the nearest FP8 number, ties to even.
@@ -132,15 +136,17 @@ def _store_kv_kernel(
         within = slot % PAGE_SIZE
         offs_d = tl.arange(0, BLOCK_D)
         mask_d = offs_d < HEAD_DIM
-        k = tl.load(k_ptr + token * stride_k_token + head * stride_k_head + offs_d, mask=mask_d).to(tl.float32)
-        v = tl.load(v_ptr + token * stride_v_token + head * stride_v_head + offs_d, mask=mask_d).to(tl.float32)
+        k = tl.load(k_ptr + token * stride_k_token + head * stride_k_head + offs_d, mask=mask_d)
+        v = tl.load(v_ptr + token * stride_v_token + head * stride_v_head + offs_d, mask=mask_d)
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
         if QUANTIZE:
             k = _round_to_fp8(k * k_inv_scale, FP8_MAX, MANTISSA_BITS, MIN_EXPONENT)
             v = _round_to_fp8(v * v_inv_scale, FP8_MAX, MANTISSA_BITS, MIN_EXPONENT)
-        tl.store(k_cache_ptr + page * stride_kc_page + within * stride_kc_slot + head * stride_kc_head + offs_d,
-                 k.to(k_cache_ptr.dtype.element_ty), mask=mask_d)
-        tl.store(v_cache_ptr + page * stride_vc_page + within * stride_vc_slot + head * stride_vc_head + offs_d,
-                 v.to(v_cache_ptr.dtype.element_ty), mask=mask_d)
+        k_row = page * stride_kc_page + within * stride_kc_slot + head * stride_kc_head
+        v_row = page * stride_vc_page + within * stride_vc_slot + head * stride_vc_head
+        tl.store(k_cache_ptr + k_row + offs_d, k.to(k_cache_ptr.dtype.element_ty), mask=mask_d)
+        tl.store(v_cache_ptr + v_row + offs_d, v.to(v_cache_ptr.dtype.element_ty), mask=mask_d)
 
 
 def quantize(x: torch.Tensor, scale: float = 1.0, *, dtype: torch.dtype,
@@ -213,7 +219,7 @@ def store_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: t
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         HEAD_DIM=shape.head_dim, PAGE_SIZE=shape.page_size, QUANTIZE=quantized,
-        **(fp8_format(k_cache.dtype) if quantized else {"FP8_MAX": 0.0, "MANTISSA_BITS": 0, "MIN_EXPONENT": 0}),
+        **(fp8_format(k_cache.dtype) if quantized else NO_ROUNDING),
         BLOCK_D=triton.next_power_of_2(shape.head_dim),
     )
 
@@ -228,7 +234,8 @@ def quantize_reference(x: torch.Tensor, scale: float = 1.0, *, dtype: torch.dtyp
 def dequantize_reference(x: torch.Tensor, scale: float = 1.0, *,
                          dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Torch reference of :func:`dequantize`."""
-    return (x.float() * torch.tensor(float(scale), dtype=torch.float32, device=x.device)).to(dtype).contiguous()
+    scaled = x.float() * torch.tensor(float(scale), dtype=torch.float32, device=x.device)
+    return scaled.to(dtype).contiguous()
 
 
 def store_kv_reference(k_cache, v_cache, k, v, slots, *, k_scale=1.0, v_scale=1.0) -> None:
@@ -272,12 +279,13 @@ def load_kv_scales(path: str | Path, *, tp_rank: int, num_layers: int) -> list[f
                          f"{', '.join(sorted(factors)) or 'none'}); it must match tp_size.")
     missing = [layer for layer in range(num_layers) if str(layer) not in rank]
     if missing:
-        raise ValueError(f"{where} lacks scales for layers {missing[:8]} of TP rank {tp_rank}; the model "
-                         f"has {num_layers} layers.")
+        raise ValueError(f"{where} lacks scales for layers {missing[:8]} of TP rank {tp_rank}; the "
+                         f"model has {num_layers} layers.")
     scales = []
     for layer in range(num_layers):
         value = rank[str(layer)]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not (number and math.isfinite(value) and value > 0):
             raise ValueError(f"{where}: scale of layer {layer} (TP rank {tp_rank}) is {value!r}; scales "
                              "must be positive finite numbers.")
         scales.append(float(value))

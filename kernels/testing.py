@@ -7,8 +7,9 @@ Triton fixes interpreter-or-GPU when a kernel module is first imported, and beca
 out-of-bounds store can crash the interpreter, which must not take a shared test run down with it.
 
 Inputs: :func:`paged_batch` builds a paged KV cache whose pages are shuffled (so indexing through
-the block table is really exercised) and whose every slot that no sequence owns holds a large
-poison value (so a kernel that reads past a sequence's end gets a visibly wrong answer).
+the block table is really exercised) and whose every slot that no sequence owns holds NaN, as
+never-written memory may (so a kernel that reads past a sequence's end returns NaN, which no
+comparison accepts).
 
 Tolerances (:data:`TOLERANCES`), kernel output vs the fp32 torch reference, per output dtype:
 
@@ -36,7 +37,7 @@ TOLERANCES = {
 KERNEL_PROCESS_ENV = "ACCORD_KERNEL_TESTS"
 """Set to 1 in the processes where kernel test modules run (see the module docstring)."""
 
-POISON = 100.0
+POISON = float("nan")
 """Value of every cache slot no sequence owns."""
 
 
@@ -146,5 +147,6 @@ def compile_offline(kernel, target, arg_types: dict[str, str], constexprs: dict,
     hints = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names)
              if signature[name].startswith("*") or name.startswith("stride_")}
     # FP fusion on, as Triton 3.9 launches default to (saying so explicitly silences its warning).
+    options = {"num_warps": num_warps, "num_stages": num_stages, "enable_fp_fusion": True}
     return triton.compile(ASTSource(kernel, signature, constexprs=constexprs, attrs=hints), target=target,
-                          options={"num_warps": num_warps, "num_stages": num_stages, "enable_fp_fusion": True})
+                          options=options)

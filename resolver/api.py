@@ -99,7 +99,7 @@ def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any
         raise ConflictError(plan, user, facts, find_conflicts(plan, user, facts))
 
     provenance: dict[str, dict] = {}
-    for name in plan.catalog.flags:
+    for name in plan.names:
         if name in relaxed:
             provenance[name] = relaxed[name]
         elif name in user:

@@ -41,7 +41,8 @@ def _value_cases(catalog: Catalog) -> list[tuple[str, str, list[str]]]:
         values = _values(flag)
         if not values:
             continue
-        takes_value = flag.flags + flag.short_forms + tuple(d.flag for d in flag.deprecated_spellings if d.value is None)
+        renamed = tuple(d.flag for d in flag.deprecated_spellings if d.value is None)
+        takes_value = flag.flags + flag.short_forms + renamed
         cases.extend((catalog.system, spelling, values) for spelling in takes_value)
     return cases
 
@@ -83,7 +84,9 @@ _accord() {{
     case "$prev" in
         --system) COMPREPLY=($(compgen -W {shlex.quote(' '.join(SYSTEMS))} -- "$cur")); return ;;
         --config) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        --group) local groups="_accord_${{system}}_groups"; COMPREPLY=($(compgen -W "${{!groups}}" -- "$cur")); return ;;
+        --group)
+            local groups="_accord_${{system}}_groups"
+            COMPREPLY=($(compgen -W "${{!groups}}" -- "$cur")); return ;;
     esac
     local values; values="$(_accord_values "$system" "$prev")"
     if [[ -n $values ]]; then

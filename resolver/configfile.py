@@ -47,7 +47,8 @@ def _read_json(path: str, text: str) -> list[ConfigEntry]:
         seen: dict[str, Any] = {}
         for key, value in items:
             if key in seen:
-                raise UsageError(f"config file {path}, line {_json_key_line(text, key, 2)}: key {key!r} is given twice.")
+                line = _json_key_line(text, key, 2)
+                raise UsageError(f"config file {path}, line {line}: key {key!r} is given twice.")
             seen[key] = value
         return seen
 

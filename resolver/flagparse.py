@@ -32,9 +32,9 @@ from resolver.flagvalues import BadValue, convert_data, convert_text, describe_e
 AddOptions = Callable[[argparse.ArgumentParser], None]
 
 _STATE = "_accord_collected"
-_UNSET = object()
+_UNSET = object()  # a config entry that sets nothing (a switch written as false)
 _SWITCH_GIVEN_VALUE = re.compile(r"argument (\S+): ignored explicit argument '(.*)'$")
-_VALUE_MISSING = re.compile(r"argument (\S+): expected (?:one|at least one) argument$")  # a config entry that sets nothing (a switch written as false)
+_VALUE_MISSING = re.compile(r"argument (\S+): expected (?:one|at least one) argument$")
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 _METAVAR = {"int": "N", "float": "X", "str": "TEXT", "json": "JSON", "json_or_str": "VALUE", "bool": "BOOL"}
 
@@ -236,7 +236,9 @@ def _add_flag(group: argparse._ArgumentGroup, flag: Flag) -> None:
         else:
             warning = _flag_warning(flag, current[0]) if deprecated else ""
             if flag.type == "bool" and not flag.value_optional:
-                group.add_argument(*current, action=_ConstAction, flag=flag, value=True, warning=warning, help=_help(flag))
+                group.add_argument(
+                    *current, action=_ConstAction, flag=flag, value=True, warning=warning, help=_help(flag),
+                )
             else:
                 group.add_argument(
                     *current, action=_ValueAction, flag=flag, warning=warning, metavar=_metavar(flag),
@@ -367,7 +369,9 @@ def _read_config_values(path: str, catalog: Catalog) -> tuple[dict[str, Any], li
             close = suggest("--" + key.replace("_", "-"), _known_spellings(catalog))
             names = [c.lstrip("-").replace("-", "_") for c in close]
             hint = f"; did you mean {' or '.join(repr(n) for n in names)}?" if names else "."
-            raise UsageError(f"{where}: unknown key {entry.key!r}{hint} Keys are flag names such as tp_size or tp-size.")
+            raise UsageError(
+                f"{where}: unknown key {entry.key!r}{hint} Keys are flag names such as tp_size or tp-size."
+            )
         flag, role, spelling = found
         if flag.meta:
             raise UsageError(f"{where}: key {entry.key!r} cannot be set inside a config file.")
@@ -406,7 +410,7 @@ def _config_value(flag: Flag, role: str, spelling: DeprecatedSpelling | None, ke
 def _config_bool(key: str, raw: Any, where: str) -> bool:
     if isinstance(raw, bool):
         return raw
-    raise UsageError(f"invalid value {raw!r} for {key} ({where}): expected true or false.")
+    raise UsageError(f"{where}: invalid value {raw!r} for {key}: expected true or false.")
 
 
 # --------------------------------------------------------------------------------------------------

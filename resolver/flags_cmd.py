@@ -156,7 +156,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--system", default="llm", help="llm (default) or diffusion.")
     parser.add_argument("--group", help="Only flags of this group.")
     parser.add_argument("--json", action="store_true", help="One JSON object per seed registration.")
-    parser.add_argument("word", nargs="?", metavar="NAME_OR_WORD", help="A flag name or spelling, or a word to search for.")
+    parser.add_argument("word", nargs="?", metavar="NAME_OR_WORD",
+                        help="A flag name or spelling, or a word to search for.")
     args, extras = parser.parse_known_args(argv)
     if len(extras) == 1 and extras[0].startswith("--") and args.word is None:
         args.word = extras[0]  # `accord flags --tp`: a spelling to look up, not an option of this command

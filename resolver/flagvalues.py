@@ -21,8 +21,6 @@ from resolver.errors import UsageError
 _DECIMAL_SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY_SUFFIX = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kmgtKMGT])")
-_TRUE_WORDS = ("true",)
-_FALSE_WORDS = ("false",)
 
 
 class BadValue(ValueError):
@@ -43,7 +41,8 @@ def parse_human_int(text: str) -> int:
     number, suffix = match.groups()
     if suffix in _BINARY_SUFFIX:
         if "." in number:
-            raise BadValue(_expected_int(True), f"A fraction needs a decimal suffix: did you mean {number}{suffix.lower()}?")
+            hint = f"A fraction needs a decimal suffix: did you mean {number}{suffix.lower()}?"
+            raise BadValue(_expected_int(True), hint)
         return int(number) * _BINARY_SUFFIX[suffix]
     return int(decimal.Decimal(number) * _DECIMAL_SUFFIX[suffix])
 
@@ -56,7 +55,7 @@ def _expected_int(human: bool) -> str:
 
 def describe_expected(flag: Flag) -> str:
     """What a flag accepts, in words, for error messages and `accord flags`."""
-    kind = flag.element if flag.type == "list" else flag.type
+    kind = _element_kind(flag)
     if flag.choices:
         return "one of: " + ", ".join(str(c) for c in flag.choices)
     return {
@@ -65,7 +64,7 @@ def describe_expected(flag: Flag) -> str:
         "bool": "true or false",
         "json": "JSON text",
         "json_or_str": "a string or a JSON object",
-    }.get(kind or "str", "a string")
+    }.get(kind, "a string")
 
 
 def _element_kind(flag: Flag) -> str:
@@ -153,12 +152,11 @@ def _convert_scalar_data(flag: Flag, value: Any) -> tuple[Any, list[str]]:
 
 
 def _parse_bool(text: str) -> bool:
+    """The seed's StoreBoolean words: true or false, in any case."""
     word = text.strip().lower()
-    if word in _TRUE_WORDS:
-        return True
-    if word in _FALSE_WORDS:
-        return False
-    raise BadValue("true or false")
+    if word not in ("true", "false"):
+        raise BadValue("true or false")
+    return word == "true"
 
 
 def _check_choice(flag: Flag, value: Any) -> tuple[Any, list[str]]:
@@ -173,7 +171,8 @@ def _check_choice(flag: Flag, value: Any) -> tuple[Any, list[str]]:
         return value, []
     if flag.extensible:
         hint = _close_choice(flag, str(value))
-        note = f"{value!r} is not a {flag.primary} value Accord knows; accepted because that list can be extended at runtime."
+        note = (f"{value!r} is not a {flag.primary} value Accord knows; accepted because that list can be "
+                "extended at runtime.")
         return value, [f"{note} {hint}".strip()]
     raise BadValue(describe_expected(flag), _close_choice(flag, str(value)))
 

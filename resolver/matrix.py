@@ -3,13 +3,21 @@
     accord matrix --system llm --facts h100,b200,mi300x --axes attention_backend,kv_cache_dtype \
                   --strategy pairwise --format github
 
-The fact preset is always an axis (the `facts` column). Strategies:
-- `all`: every legal combination (brute force, then filtered by the solver);
-- `pairwise` / `3-wise`: a greedy covering array over the *legal* t-tuples: a t-tuple of axis values
-  is legal when some configuration containing it resolves; each row starts from an uncovered tuple
-  and takes, axis by axis, the value covering most uncovered tuples that keeps the row legal.
-Every emitted row is verified by a full resolve. Illegal tuples are reported with the rules that
-exclude them. Ties are broken by a seeded shuffle, so a seed always gives the same matrix.
+The fact preset is always an axis (the `facts` column). A combination of axis values is *legal*
+when some legal row (one value per axis, resolved on its preset) contains it. Strategies:
+- `all`: every legal row;
+- `pairwise` / `3-wise`: a greedy covering array: each row starts from an uncovered legal t-tuple
+  and takes, axis by axis, the value covering the most uncovered t-tuples, backtracking when no
+  value keeps the row completable. Every legal t-tuple ends up in some row.
+Every emitted row is verified by a full resolve. The smallest illegal combinations (a value or a
+pair no legal row contains) are reported with the rules that exclude them. Ties are broken by a
+seeded random generator, so a seed always gives the same matrix.
+
+Legality is not monotone: pinning one more flag can make a combination legal again (a pinned KV
+cache dtype changes the derived prefill backend, say). So a partial row is only dropped when an
+exclusion is *settled*: a rule set that is unsatisfiable by itself and that no remaining axis can
+influence (see `Pinning.repair_flags`). Otherwise the search goes on, starting with the axes that
+could undo the exclusion.
 """
 
 from __future__ import annotations
@@ -17,18 +25,21 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import difflib
 import io
 import itertools
 import json
 import random
 import shlex
-from typing import Any, Iterable, Mapping
+import sys
+from typing import Any, Iterable, Iterator, Mapping
 
 from resolver.api import ConflictError, plan_for, resolve
 from resolver.catalog import SYSTEMS
+from resolver.dryrun import Pinning
 from resolver.errors import UsageError
-from resolver.explain import minimal_rules
 from resolver.report import describe_value, flag_arg
+from resolver.rules import Rule
 
 FACTS_AXIS = "facts"
 GITHUB_MAX_JOBS = 256
@@ -56,98 +67,119 @@ class Matrix:
                 "percent": round(100.0 * self.covered_tuples / self.legal_tuples, 1) if self.legal_tuples else 100.0}
 
 
+Tuple = tuple  # ((axis name, value), ...) in axis order
+
+
 class Space:
-    """The axes, the fixed flags and the presets' facts; answers "is this partial row legal?"."""
+    """The axes, the fixed flags and the presets' facts; finds legal rows and judges partial ones.
+
+    The fixed flags are resolved once per preset; a partial row is a set of pinned values on top
+    of that resolve (see `resolver.dryrun.Pinning`), so most checks need no search.
+    With `respect_rules=False` every row is legal: the unconstrained baseline.
+    """
 
     def __init__(self, system: str, presets: Mapping[str, Mapping[str, Any]], axes: list[Axis],
-                 fixed: Mapping[str, Any]):
+                 fixed: Mapping[str, Any], respect_rules: bool = True):
         self.system = system
         self.plan = plan_for(system)
         self.presets = presets
         self.axes = axes
         self.fixed = dict(fixed)
-        self._memo: dict[tuple, bool] = {}
+        self.respect_rules = respect_rules
+        self._pinnings: dict[str, Pinning] = {}
+        self._exclusions: dict[tuple, list[tuple[Rule, ...]] | None] = {}
+        self._completable: dict[tuple, bool] = {}
 
     def user(self, row: Mapping[str, Any]) -> dict[str, Any]:
-        return {**self.fixed, **{k: v for k, v in row.items() if k != FACTS_AXIS}}
+        return {**self.fixed, **self.pins(row)}
 
-    def legal(self, row: Mapping[str, Any]) -> bool:
-        """Some configuration contains this partial row (on its preset, or on any preset if unset)."""
-        key = tuple(sorted((k, describe_value(v)) for k, v in row.items()))
-        if key not in self._memo:
-            presets = [row[FACTS_AXIS]] if FACTS_AXIS in row else list(self.presets)
-            self._memo[key] = any(self.plan.satisfiable(self.user(row), self.presets[p]) for p in presets)
-        return self._memo[key]
+    @staticmethod
+    def pins(row: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in row.items() if k != FACTS_AXIS}
 
-    def excluding_rules(self, row: Mapping[str, Any]) -> list[str]:
-        preset = row.get(FACTS_AXIS, next(iter(self.presets)))
-        return [r.id for r in minimal_rules(self.plan, self.user(row), self.presets[preset])]
+    def pinning(self, preset: str) -> Pinning:
+        """The fixed flags resolved on `preset` (no example when they conflict there)."""
+        if preset not in self._pinnings:
+            facts = self.presets[preset]
+            try:
+                config = resolve(self.system, self.fixed, facts)
+            except ConflictError:
+                config = None
+            self._pinnings[preset] = Pinning(self.plan, self.fixed, facts, config)
+        return self._pinnings[preset]
+
+    def exclusions(self, row: Mapping[str, Any]) -> list[tuple[Rule, ...]] | None:
+        """None if the row (which names its preset) is legal as pinned, else its rule groups."""
+        if not self.respect_rules:
+            return None
+        key = _key(row)
+        if key not in self._exclusions:
+            self._exclusions[key] = self.pinning(row[FACTS_AXIS]).exclusions(self.pins(row))
+        return self._exclusions[key]
+
+    def settled(self, row: Mapping[str, Any], groups: list[tuple[Rule, ...]]) -> bool:
+        """Some exclusion of `row` cannot be undone by any axis the row leaves open."""
+        pinning = self.pinning(row[FACTS_AXIS])
+        open_flags = {a.name for a in self.axes if a.name not in row}
+        return any(not (pinning.repair_flags(g) & open_flags) for g in groups)
+
+    def next_axis(self, row: Mapping[str, Any], order: list[Axis]) -> Axis:
+        """The preset first; then, for an excluded row, an axis that could undo the exclusion."""
+        open_axes = [a for a in order if a.name not in row]
+        facts = [a for a in open_axes if a.name == FACTS_AXIS]
+        if facts:
+            return facts[0]
+        groups = self.exclusions(row)
+        if groups:
+            pinning = self.pinning(row[FACTS_AXIS])
+            repairs = [[a for a in open_axes if a.name in pinning.repair_flags(g)] for g in groups]
+            return min(repairs, key=len)[0]
+        return open_axes[0]
+
+    def completions(self, row: Mapping[str, Any], order: list[Axis],
+                    rank=None) -> Iterator[dict[str, Any]]:
+        """Legal full rows extending `row`, depth first; `rank(row, axis)` orders an axis' values."""
+        if len(row) == len(self.axes):
+            if self.exclusions(row) is None:
+                yield {a.name: row[a.name] for a in self.axes}
+            return
+        if FACTS_AXIS in row:
+            groups = self.exclusions(row)
+            if groups and self.settled(row, groups):
+                return
+        axis = self.next_axis(row, order)
+        values = rank(row, axis) if rank else axis.values
+        for value in values:
+            yield from self.completions({**row, axis.name: value}, order, rank)
+
+    def completable(self, tp: Tuple) -> bool:
+        """Some legal row contains this combination."""
+        if tp not in self._completable:
+            self._completable[tp] = next(self.completions(dict(tp), self.axes), None) is not None
+        return self._completable[tp]
+
+    def excluding_rules(self, tp: Tuple) -> list[str]:
+        """The rules that exclude a combination as pinned, on every preset it could run on."""
+        row = dict(tp)
+        presets = [row[FACTS_AXIS]] if FACTS_AXIS in row else list(self.presets)
+        found: list[str] = []
+        for preset in presets:
+            for group in self.exclusions({**row, FACTS_AXIS: preset}) or ():
+                found.extend(r.id for r in group if r.id not in found)
+        return found
 
 
-def _tuples(axes: list[Axis], t: int) -> Iterable[tuple[tuple[str, Any], ...]]:
+def _key(row: Mapping[str, Any]) -> tuple:
+    return tuple(sorted((k, describe_value(v)) for k, v in row.items()))
+
+
+def _tuples(axes: list[Axis], t: int) -> Iterable[Tuple]:
     for group in itertools.combinations(axes, t):
         for values in itertools.product(*(a.values for a in group)):
             yield tuple(zip((a.name for a in group), values))
 
 
-def _verify(space: Space, row: dict[str, Any]) -> dict[str, Any]:
-    """Resolve the row for real; returns the row with its launch arguments."""
-    config = resolve(space.system, space.user(row), space.presets[row[FACTS_AXIS]])
-    args = " ".join(flag_arg(space.plan.catalog, k, v) for k, v in row.items() if k != FACTS_AXIS)
-    return {**row, "args": args, "hash": config.hash[:16]}
-
-
-def all_rows(space: Space) -> list[dict[str, Any]]:
-    rows = []
-    for values in itertools.product(*(a.values for a in space.axes)):
-        row = dict(zip((a.name for a in space.axes), values))
-        if space.legal(row):
-            rows.append(_verify(space, row))
-    return rows
-
-
-def covering_rows(space: Space, t: int, seed: int, max_rows: int | None,
-                  respect_rules: bool = True) -> tuple[list[dict[str, Any]], list, set, list]:
-    """Greedy t-wise covering array over the legal t-tuples (or all tuples if not respect_rules).
-
-    Returns the rows, the legal tuples, the covered ones and the illegal ones.
-    """
-    rng = random.Random(seed)
-    every = list(_tuples(space.axes, t))
-    verdict = {tp: not respect_rules or space.legal(dict(tp)) for tp in every}
-    legal = [tp for tp in every if verdict[tp]]
-    illegal = [tp for tp in every if not verdict[tp]]
-    uncovered = set(legal)
-    order = {tp: i for i, tp in enumerate(legal)}
-    rows: list[dict[str, Any]] = []
-    while uncovered and (max_rows is None or len(rows) < max_rows):
-        start = min(uncovered, key=order.__getitem__)
-        row = dict(start)
-        rest = [a for a in space.axes if a.name not in row]
-        rng.shuffle(rest)
-        for axis in rest:
-            gains = []
-            for value in axis.values:
-                trial = {**row, axis.name: value}
-                gain = sum(1 for tp in _tuples_of(trial, t, space.axes, axis.name) if tp in uncovered)
-                gains.append((-gain, rng.random(), value))
-            for _, _, value in sorted(gains, key=lambda g: (g[0], g[1])):
-                trial = {**row, axis.name: value}
-                if not respect_rules or space.legal(trial):
-                    row = trial
-                    break
-            else:
-                break
-        if len(row) < len(space.axes):
-            uncovered.discard(start)  # legal alone but no legal completion found: skip it
-            continue
-        row = {a.name: row[a.name] for a in space.axes}
-        uncovered -= set(_tuples_of(row, t, space.axes))
-        rows.append(_verify(space, row) if respect_rules else row)
-    return rows, legal, set(legal) - uncovered, illegal
-
-
-def _tuples_of(row: Mapping[str, Any], t: int, axes: list[Axis], must: str | None = None):
+def _tuples_of(row: Mapping[str, Any], t: int, axes: list[Axis], must: str | None = None) -> Iterator[Tuple]:
     """The t-tuples a (partial) row covers, in the same axis order as `_tuples`."""
     names = [a.name for a in axes if a.name in row]
     for group in itertools.combinations(names, t):
@@ -155,9 +187,77 @@ def _tuples_of(row: Mapping[str, Any], t: int, axes: list[Axis], must: str | Non
             yield tuple((n, row[n]) for n in group)
 
 
-def _ordered_tuple(tp, axes: list[Axis]) -> tuple:
-    index = {a.name: i for i, a in enumerate(axes)}
-    return tuple(sorted(tp, key=lambda kv: index[kv[0]]))
+def _verify(space: Space, row: dict[str, Any]) -> dict[str, Any]:
+    """Resolve the row for real; returns the row with its launch arguments and config hash."""
+    config = resolve(space.system, space.user(row), space.presets[row[FACTS_AXIS]])
+    args = " ".join(flag_arg(space.plan.catalog, k, v) for k, v in row.items() if k != FACTS_AXIS)
+    return {**row, "args": args, "hash": config.hash[:16]}
+
+
+def all_rows(space: Space, max_rows: int | None = None) -> list[dict[str, Any]]:
+    """Every legal row, in the order of the axes' product."""
+    found = itertools.islice(space.completions({}, space.axes), max_rows)
+    index = {a.name: {describe_value(v): i for i, v in enumerate(a.values)} for a in space.axes}
+    ordered = sorted(found, key=lambda row: [index[n][describe_value(v)] for n, v in row.items()])
+    return [_verify(space, row) for row in ordered]
+
+
+def covering_rows(space: Space, t: int, seed: int, max_rows: int | None) -> tuple[list[dict[str, Any]], set, set]:
+    """Greedy t-wise covering array over the legal t-tuples.
+
+    Returns the rows (verified, unless the space ignores the rules), the legal t-tuples and the
+    covered ones. A start tuple with no legal completion is proved illegal by the exhaustive search.
+    """
+    rng = random.Random(seed)
+    every = list(_tuples(space.axes, t))
+    order = {tp: i for i, tp in enumerate(every)}
+    uncovered = set(every)
+    legal: set = set()
+    rows: list[dict[str, Any]] = []
+
+    def rank(row: Mapping[str, Any], axis: Axis) -> list[Any]:
+        scored = []
+        for value in axis.values:
+            trial = {**row, axis.name: value}
+            gain = sum(1 for tp in _tuples_of(trial, t, space.axes, axis.name) if tp in uncovered)
+            scored.append((-gain, rng.random(), value))
+        return [value for *_, value in sorted(scored, key=lambda s: s[:2])]
+
+    while uncovered and (max_rows is None or len(rows) < max_rows):
+        start = min(uncovered, key=order.__getitem__)
+        axis_order = list(space.axes)
+        rng.shuffle(axis_order)
+        row = next(space.completions(dict(start), axis_order, rank), None)
+        if row is None:
+            uncovered.discard(start)  # no legal row holds it: illegal
+            continue
+        new = set(_tuples_of(row, t, space.axes))
+        legal |= new
+        uncovered -= new
+        rows.append(_verify(space, row) if space.respect_rules else row)
+    covered = set(legal)
+    legal |= {tp for tp in uncovered if space.completable(tp)}  # left open by --max-rows
+    return rows, legal, covered
+
+
+def minimal_illegal(space: Space, t: int, rows: list[dict[str, Any]], complete: bool) -> list[Tuple]:
+    """Combinations of up to t values that no legal row holds and that hold no smaller such one.
+
+    With full coverage every legal combination of up to t values appears in some row, so absence
+    from the rows proves illegality; otherwise each absent one is searched for.
+    """
+    present = {tp for row in rows for size in range(1, t + 1) for tp in _tuples_of(row, size, space.axes)}
+    found: list[Tuple] = []
+    known: set[frozenset] = set()
+    for size in range(1, t + 1):
+        for tp in _tuples(space.axes, size):
+            if tp in present or any(frozenset(p) in known for k in range(1, size)
+                                    for p in itertools.combinations(tp, k)):
+                continue
+            if complete or not space.completable(tp):
+                found.append(tp)
+                known.add(frozenset(tp))
+    return found
 
 
 def generate(system: str, presets: Mapping[str, Mapping[str, Any]], axes: list[Axis],
@@ -169,13 +269,12 @@ def generate(system: str, presets: Mapping[str, Mapping[str, Any]], axes: list[A
     space = Space(system, presets, full_axes, fixed)
     t = STRATEGIES[strategy]
     if t is None:
-        rows = all_rows(space)
-        return Matrix(system, strategy, full_axes, rows[:max_rows] if max_rows else rows)
+        return Matrix(system, strategy, full_axes, all_rows(space, max_rows))
     t = min(t, len(full_axes))
-    rows, legal, covered, illegal = covering_rows(space, t, seed, max_rows)
-    illegal_report = [{"values": dict(_ordered_tuple(tp, full_axes)), "rules": space.excluding_rules(dict(tp))}
-                      for tp in illegal]
-    return Matrix(system, strategy, full_axes, rows, len(legal), len(covered), illegal_report)
+    rows, legal, covered = covering_rows(space, t, seed, max_rows)
+    illegal = minimal_illegal(space, t, rows, complete=len(covered) == len(legal))
+    report = [{"values": dict(tp), "rules": space.excluding_rules(tp)} for tp in illegal]
+    return Matrix(system, strategy, full_axes, rows, len(legal), len(covered), report)
 
 
 # -- output -------------------------------------------------------------------------------
@@ -211,7 +310,7 @@ def summary(matrix: Matrix) -> str:
         return f"{len(matrix.rows)} legal rows"
     cov = matrix.coverage()
     return (f"{len(matrix.rows)} rows; {matrix.strategy} coverage {cov['covered']}/{cov['legal']} legal tuples "
-            f"({cov['percent']}%); {len(matrix.illegal)} illegal tuples excluded")
+            f"({cov['percent']}%); {len(matrix.illegal)} illegal combinations excluded")
 
 
 # -- command line -------------------------------------------------------------------------

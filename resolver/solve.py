@@ -135,6 +135,9 @@ class Plan:
                 self.hard_rules.append(rule)
             else:
                 self.warn_rules.append(rule)
+        # Settings only: a meta option (the seed's own --config) is part of the command line, not
+        # of the configuration.
+        self.names = [name for name, flag in catalog.flags.items() if not flag.meta]
         self.order = {name: i for i, name in enumerate(catalog.flags)}
 
     # -- decisions ---------------------------------------------------------------------------
@@ -200,7 +203,7 @@ class Plan:
         env = Env(self, user, facts, decided)
         values: dict[str, Any] = {}
         origin: dict[str, str | None] = {}
-        for name in self.catalog.flags:
+        for name in self.names:
             if name in user:
                 values[name], origin[name] = user[name], None
             elif name in decided:

@@ -197,6 +197,26 @@ def test_malformed_requests_get_4xx(cfg_server):
     assert cfg_server.client.get("/v1/nothing").status_code == 404
 
 
+def test_malformed_messages_on_the_scheduler_port_are_answered_not_fatal(cfg_server):
+    import zmq
+
+    from engine.diffusion.protocol import pack, unpack
+
+    context = zmq.Context()
+    dealer = context.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    dealer.setsockopt(zmq.RCVTIMEO, 10_000)
+    dealer.connect(f"tcp://127.0.0.1:{cfg_server.config.values['scheduler_port']}")
+    try:
+        for payload in (b"\xc1 not msgpack", pack({"op": "generate", "id": "x", "jobs": [{"prompt": 1}]})):
+            dealer.send(payload)
+            assert "error" in unpack(dealer.recv())
+    finally:
+        dealer.close()
+        context.term()
+    assert cfg_server.client.get("/health").status_code == 200
+
+
 # -- supervision and refusal ------------------------------------------------------------------
 
 def test_a_killed_worker_tears_the_whole_group_down(tmp_path):

@@ -94,8 +94,9 @@ def dense_logits(worker: Worker, ids: list[int]) -> torch.Tensor:
         h = norm(x, layer.input_norm)
         q, k, v = F.linear(h, layer.qkv).split([c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim,
                                                c.num_kv_heads * c.head_dim], dim=-1)
-        q = stage.rope(q.reshape(len(ids), c.num_heads, c.head_dim), positions)
-        k = stage.rope(k.reshape(len(ids), c.num_kv_heads, c.head_dim), positions)
+        cos, sin = stage.rope.angles(positions)
+        q = stage.rope.rotate(q.reshape(len(ids), c.num_heads, c.head_dim), cos, sin)
+        k = stage.rope.rotate(k.reshape(len(ids), c.num_kv_heads, c.head_dim), cos, sin)
         v = v.reshape(len(ids), c.num_kv_heads, c.head_dim)
         groups = c.num_heads // c.num_kv_heads
         k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
@@ -230,8 +231,8 @@ def test_requests_that_cannot_fit_are_refused_with_a_reason():
 def test_queue_limit_rejects_with_503():
     worker = make_worker(max_queued_requests=1, max_running_requests=1)
     out = drain(worker, [request(f"q{i}", "hello", 3) for i in range(3)])
-    codes = sorted(str(item["error_code"]) for item in out.values())
-    assert codes.count("503") >= 1 and codes.count("None") >= 1
+    assert sorted(str(item["error_code"]) for item in out.values()) == ["503", "503", "None"]
+    assert out["q0"]["error"] is None and "--max-queued-requests" in out["q1"]["error"]
 
 
 def test_aborted_and_finished_requests_return_their_pages():

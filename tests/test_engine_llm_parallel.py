@@ -55,13 +55,17 @@ def run_case(worker: Worker, messages: list[dict]) -> dict[str, list[int]]:
 def rank_main(index: int, cases: list[tuple[str, dict, int]], results) -> None:
     torch.set_num_threads(1)
     for name, case_values, port in cases:
-        settings = EngineSettings.from_config(ResolvedConfig("llm", FACTS, case_values))
-        rank = settings.topology.all_ranks()[index]
-        worker = Worker(settings, rank, f"tcp://127.0.0.1:{port}")
-        groups = settings.topology.dp_size if settings.topology.dp_attention else 1
-        mine = requests(range(rank.dp, len(PROMPTS), groups))  # each DP group gets its share
-        results.put((name, index, run_case(worker, mine)))
-        worker.close()
+        try:
+            settings = EngineSettings.from_config(ResolvedConfig("llm", FACTS, case_values))
+            rank = settings.topology.all_ranks()[index]
+            worker = Worker(settings, rank, f"tcp://127.0.0.1:{port}")
+            groups = settings.topology.dp_size if settings.topology.dp_attention else 1
+            mine = requests(range(rank.dp, len(PROMPTS), groups))  # each DP group gets its share
+            results.put((name, index, run_case(worker, mine)))
+            worker.close()
+        except Exception as err:  # report instead of leaving the test waiting for a dead rank
+            results.put((name, index, f"rank {index} failed: {type(err).__name__}: {err}"))
+            return
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +80,8 @@ def multi_rank_outputs() -> dict[str, dict[str, list[int]]]:
     try:
         for _ in range(2 * len(CASES)):
             name, _, outputs = results.get(timeout=240)
+            if isinstance(outputs, str):
+                pytest.fail(f"{name}: {outputs}")
             merged[name].update(outputs)
     except queue.Empty:
         pytest.fail(f"rank processes did not finish; exit codes {[p.exitcode for p in procs]}")

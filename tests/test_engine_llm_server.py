@@ -214,6 +214,29 @@ def test_bad_requests_get_a_4xx_with_a_message(client, path, body, words):
     assert words in response.json()["error"]["message"]
 
 
+def listening_addresses(pids) -> set[str]:
+    """Hex local addresses of the TCP sockets these processes listen on (from /proc)."""
+    inodes = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            target = os.readlink(fd) if fd.is_symlink() else ""
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                found.add(fields[1].split(":")[0])
+    return found
+
+
+def test_nothing_listens_beyond_loopback(server):
+    loopback = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1
+    addresses = listening_addresses(list(server.pids.values()))
+    assert addresses and addresses <= loopback
+
+
 def test_api_key_is_required_except_for_health(server):
     assert httpx.post(f"{server.url}/generate", json={"text": "hi"}).status_code == 401
     assert httpx.get(f"{server.url}/health").status_code == 200

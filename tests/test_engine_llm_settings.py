@@ -37,6 +37,7 @@ def test_resolved_values_are_taken_as_they_are():
     ({"mem_fraction_static": None}, "--mem-fraction-static resolved to None"),
     ({"enable_dp_attention": True, "tp_size": 3, "dp_size": 2}, "must be a multiple of --dp-size"),
     ({"nnodes": 2, "node_rank": 2}, "--node-rank 2 is outside"),
+    ({"enable_dp_attention": True, "tp_size": 2, "dp_size": 2, "pp_size": 2}, "single pipeline stage"),
 ])
 def test_values_the_engine_cannot_honour_are_refused_naming_the_flag(overrides, words):
     with pytest.raises(UsageError) as err:

@@ -41,7 +41,8 @@ def _cases():
             words, value = _sample(flag)
             retired = (flag.deprecated or {}).get("ignored")
             for spelling in flag.flags + flag.short_forms:
-                yield pytest.param(system, [spelling, *words], flag, None if retired else value, id=f"{system}{spelling}")
+                expected = None if retired else value
+                yield pytest.param(system, [spelling, *words], flag, expected, id=f"{system}{spelling}")
             for spelling in flag.negated:
                 yield pytest.param(system, [spelling], flag, False, id=f"{system}{spelling}")
             for old in flag.deprecated_spellings:
@@ -101,8 +102,8 @@ def test_the_last_occurrence_of_a_flag_wins():
 def test_a_deprecated_spelling_sets_its_replacement_and_warns_once():
     _, parsed = parse_flags(["--enable-breakable-cuda-graph"])
     assert parsed.values == {"cuda_graph_backend_prefill": "breakable"}
-    assert parsed.warnings == ("--enable-breakable-cuda-graph is deprecated; use --cuda-graph-backend-prefill=breakable "
-                               "instead (it sets cuda_graph_backend_prefill).",)
+    assert parsed.warnings == ("--enable-breakable-cuda-graph is deprecated; use "
+                               "--cuda-graph-backend-prefill=breakable instead (it sets cuda_graph_backend_prefill).",)
 
 
 def test_a_renamed_spelling_takes_the_new_flags_value():
@@ -141,12 +142,13 @@ def test_an_unknown_value_of_an_extensible_list_is_accepted_with_a_warning():
                          "(no prefixes); search with `accord flags --system llm WORD`."),
     (["--enable-dp", "--tp", "2"], "unknown flag --enable-dp; did you mean --enable-dp-attention or "
                                    "--enable-dp-attention-local-control-broadcast or --enable-dp-lm-head? Accord "
-                                   "accepts only full spellings (no prefixes); search with `accord flags --system llm WORD`."),
+                                   "accepts only full spellings (no prefixes); search with "
+                                   "`accord flags --system llm WORD`."),
     (["--tp", "two"], "invalid value 'two' for --tp: expected an integer."),
     (["--mem-fraction-static", "most"], "invalid value 'most' for --mem-fraction-static: expected a number."),
-    (["--kv-cache-dtype", "fp8_e4m4"], "invalid value 'fp8_e4m4' for --kv-cache-dtype: expected one of: auto, fp8_e5m2, "
-                                       "fp8_e4m3, mxfp8, bf16, bfloat16, nvfp4, fp4_mx_block16, fp4_e2m1. Did you mean "
-                                       "'fp8_e4m3'?"),
+    (["--kv-cache-dtype", "fp8_e4m4"], "invalid value 'fp8_e4m4' for --kv-cache-dtype: expected one of: auto, "
+                                       "fp8_e5m2, fp8_e4m3, mxfp8, bf16, bfloat16, nvfp4, fp4_mx_block16, fp4_e2m1. "
+                                       "Did you mean 'fp8_e4m3'?"),
     (["--context-length", "1.5K"], "invalid value '1.5K' for --context-length: expected an integer, optionally with a "
                                    "suffix k/m/g/t (x1000) or K/M/G/T (x1024), e.g. 32k. A fraction needs a decimal "
                                    "suffix: did you mean 1.5k?"),
@@ -154,7 +156,8 @@ def test_an_unknown_value_of_an_extensible_list_is_accepted_with_a_warning():
                                       "property name enclosed in double quotes at column 2)."),
     (["--tp-size"], "--tp-size needs a value: an integer."),
     (["--cuda-graph-bs-decode"], "--cuda-graph-bs-decode needs a value: an integer."),
-    (["--enable-dp-attention", "true"], "unexpected value 'true': --enable-dp-attention is a switch and takes no value."),
+    (["--enable-dp-attention", "true"], "unexpected value 'true': --enable-dp-attention is a switch and takes no "
+                                        "value."),
     (["--enable-dp-attention=1"], "unexpected value '1': --enable-dp-attention is a switch and takes no value."),
     (["stray"], "unexpected argument 'stray': every value must follow the flag it belongs to."),
     (["--enable-expert-distribution-metrics"], "--enable-expert-distribution-metrics was removed and no longer works; "
@@ -287,3 +290,11 @@ def test_optional_values_fall_back_to_the_seeds_constant():
     assert llm.values == {"model_checksum": ""}
     _, diffusion = parse_flags(["--system", "diffusion", "--webui", "--trust-remote-code", "false"])
     assert diffusion.values == {"webui": True, "trust_remote_code": False}
+
+
+def test_a_deprecated_switch_in_a_config_file_must_be_true_or_false(tmp_path):
+    path = _config(tmp_path, "stream-output: yes please\n")
+    with pytest.raises(UsageError) as err:
+        parse_flags(["--config", path])
+    assert str(err.value) == (f"config file {path}, line 1: invalid value 'yes please' for stream-output: "
+                              "expected true or false.")

@@ -80,4 +80,5 @@ def test_bad_flags_queries_exit_2_with_one_line(capsys, argv, message):
 
 def test_output_is_deterministic(capsys):
     first = _json(capsys, "--json")
-    assert first == _json(capsys, "--json") and [e["name"] for e in first] == [e["name"] for e in entries(load_catalog("llm"))]
+    assert first == _json(capsys, "--json")
+    assert [e["name"] for e in first] == [e["name"] for e in entries(load_catalog("llm"))]

@@ -48,16 +48,6 @@ TRITON_TYPE = {"auto": "fp16", "bf16": "bf16", "bfloat16": "bf16", "fp8_e4m3": "
 
 TORCH_FP8 = {"fp8e4nv": torch.float8_e4m3fn, "fp8e5": torch.float8_e5m2}
 
-
-def attention_types(cache: str, model: str) -> dict:
-    return {"q_ptr": f"*{model}", "k_ptr": f"*{cache}", "v_ptr": f"*{cache}", "block_table_ptr": "*i32",
-            "seq_lens_ptr": "*i32", "qk_scale": "fp32", "v_scale": "fp32"}
-
-
-def compute_type(model: str):
-    return {"fp16": tl.float16, "bf16": tl.bfloat16, "fp32": tl.float32}[model]
-
-
 TINY = 16
 """head_dim and tile size of the compiles that only ask "does this dtype build here": dtype support
 does not depend on tile sizes, and small tiles compile several times faster."""
@@ -66,47 +56,51 @@ does not depend on tile sizes, and small tiles compile several times faster."""
 def launch(name: str, cache: str = "fp16", model: str = "fp16", head_dim: int = 128) -> tuple:
     """(kernel, argument types, constexprs, num_warps) as the wrapper in kernels/ launches it.
 
+    ``cache`` and ``model`` are Triton element types of the KV cache and of the activations;
     head_dim == TINY shrinks every tile to TINY (one warp) instead of the shipped tile sizes.
     """
     tiny = head_dim == TINY
-    compute = {"COMPUTE": compute_type(model), "DOT_PRECISION": None}
+    warps = 1 if tiny else 4
+    compute = {"COMPUTE": {"fp16": tl.float16, "bf16": tl.bfloat16}[model], "DOT_PRECISION": None}
+    paged = {"q_ptr": f"*{model}", "k_ptr": f"*{cache}", "v_ptr": f"*{cache}", "block_table_ptr": "*i32",
+             "seq_lens_ptr": "*i32", "qk_scale": "fp32", "v_scale": "fp32"}
+    rounding = kv_quant.fp8_format(TORCH_FP8[cache]) if cache in TORCH_FP8 else kv_quant.NO_ROUNDING
+    block = TINY if tiny else kv_quant.BLOCK
+
     if name == "decode_split":
-        return (decode._decode_split_kernel,
-                {**attention_types(cache, model), "part_out_ptr": f"*{model}", "part_lse_ptr": "*fp32"},
-                {"GROUP": 8, "HEAD_DIM": head_dim, "PAGE_SIZE": 16, "NUM_SPLITS": 8, "TILE": 1, "BLOCK_H": 16,
-                 "BLOCK_N": TINY if tiny else decode.LAUNCH_CONFIG["BLOCK_N"], "BLOCK_D": head_dim, **compute},
-                1 if tiny else decode.LAUNCH_CONFIG["num_warps"])
+        tiles = {"BLOCK_N": TINY, "num_warps": 1} if tiny else decode.LAUNCH_CONFIG
+        types = {**paged, "part_out_ptr": f"*{model}", "part_lse_ptr": "*fp32"}
+        constexprs = {"GROUP": 8, "HEAD_DIM": head_dim, "PAGE_SIZE": 16, "NUM_SPLITS": 8, "TILE": 1,
+                      "BLOCK_H": 16, "BLOCK_N": tiles["BLOCK_N"], "BLOCK_D": head_dim, **compute}
+        return decode._decode_split_kernel, types, constexprs, tiles["num_warps"]
     if name == "decode_merge":
-        return (decode._decode_merge_kernel, {"part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": f"*{model}"},
-                {"HEAD_DIM": head_dim, "NUM_SPLITS": 8, "BLOCK_S": 8, "BLOCK_D": head_dim}, 4)
+        types = {"part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": f"*{model}"}
+        constexprs = {"HEAD_DIM": head_dim, "NUM_SPLITS": 8, "BLOCK_S": 8, "BLOCK_D": head_dim}
+        return decode._decode_merge_kernel, types, constexprs, warps
     if name == "extend":
-        config = {"BLOCK_M": TINY, "BLOCK_N": TINY, "num_warps": 1} if tiny else extend.launch_config(head_dim)
-        return (extend._extend_kernel,
-                {**attention_types(cache, model), "out_ptr": f"*{model}", "extend_lens_ptr": "*i32",
-                 "q_starts_ptr": "*i64"},
-                {"GROUP": 8, "HEAD_DIM": head_dim, "PAGE_SIZE": 16, "BLOCK_M": config["BLOCK_M"],
-                 "BLOCK_N": config["BLOCK_N"], "BLOCK_D": head_dim, **compute},
-                config["num_warps"])
-    fp8 = cache in TORCH_FP8
-    fp8_constexprs = kv_quant.fp8_format(TORCH_FP8[cache]) if fp8 else {"FP8_MAX": 0.0, "MANTISSA_BITS": 0,
-                                                                         "MIN_EXPONENT": 0}
+        tiles = {"BLOCK_M": TINY, "BLOCK_N": TINY, "num_warps": 1} if tiny else extend.launch_config(head_dim)
+        types = {**paged, "out_ptr": f"*{model}", "extend_lens_ptr": "*i32", "q_starts_ptr": "*i64"}
+        constexprs = {"GROUP": 8, "HEAD_DIM": head_dim, "PAGE_SIZE": 16, "BLOCK_M": tiles["BLOCK_M"],
+                      "BLOCK_N": tiles["BLOCK_N"], "BLOCK_D": head_dim, **compute}
+        return extend._extend_kernel, types, constexprs, tiles["num_warps"]
     if name == "store_kv":
-        return (kv_quant._store_kv_kernel,
-                {"k_ptr": f"*{model}", "v_ptr": f"*{model}", "k_cache_ptr": f"*{cache}", "v_cache_ptr": f"*{cache}",
-                 "slots_ptr": "*i64", "k_inv_scale": "fp32", "v_inv_scale": "fp32"},
-                {"HEAD_DIM": head_dim, "PAGE_SIZE": 16, "QUANTIZE": fp8, **fp8_constexprs, "BLOCK_D": head_dim},
-                1 if tiny else 4)
+        types = {"k_ptr": f"*{model}", "v_ptr": f"*{model}", "k_cache_ptr": f"*{cache}",
+                 "v_cache_ptr": f"*{cache}", "slots_ptr": "*i64", "k_inv_scale": "fp32",
+                 "v_inv_scale": "fp32"}
+        constexprs = {"HEAD_DIM": head_dim, "PAGE_SIZE": 16, "QUANTIZE": cache in TORCH_FP8, **rounding,
+                      "BLOCK_D": head_dim}
+        return kv_quant._store_kv_kernel, types, constexprs, warps
     if name == "quantize":
-        return (kv_quant._quantize_kernel, {"x_ptr": f"*{model}", "y_ptr": f"*{cache}", "n": "i32", "inv_scale": "fp32"},
-                {**fp8_constexprs, "BLOCK": TINY if tiny else kv_quant.BLOCK}, 1 if tiny else 4)
+        types = {"x_ptr": f"*{model}", "y_ptr": f"*{cache}", "n": "i32", "inv_scale": "fp32"}
+        return kv_quant._quantize_kernel, types, {**rounding, "BLOCK": block}, warps
     if name == "dequantize":
-        return (kv_quant._dequantize_kernel, {"x_ptr": f"*{cache}", "y_ptr": f"*{model}", "n": "i32", "scale": "fp32"},
-                {"BLOCK": TINY if tiny else kv_quant.BLOCK}, 1 if tiny else 4)
+        types = {"x_ptr": f"*{cache}", "y_ptr": f"*{model}", "n": "i32", "scale": "fp32"}
+        return kv_quant._dequantize_kernel, types, {"BLOCK": block}, warps
     if name == "rms_norm":
-        return (rmsnorm._rms_norm_kernel,
-                {"x_ptr": f"*{model}", "residual_ptr": f"*{model}", "weight_ptr": f"*{model}", "out_ptr": f"*{model}",
-                 "residual_out_ptr": f"*{model}", "eps": "fp32"},
-                {"HIDDEN": 4096, "HAS_RESIDUAL": True, "BLOCK": 4096}, 16)
+        types = {arg: f"*{model}" for arg in ("x_ptr", "residual_ptr", "weight_ptr", "out_ptr",
+                                               "residual_out_ptr")}
+        constexprs = {"HIDDEN": 4096, "HAS_RESIDUAL": True, "BLOCK": 4096}
+        return rmsnorm._rms_norm_kernel, {**types, "eps": "fp32"}, constexprs, 16
     raise AssertionError(f"no launch described for {name}")
 
 
@@ -174,9 +168,9 @@ def test_each_kv_dtype_needs_exactly_the_cuda_capability_the_module_declares(mod
     found = {}
     for kv_cache_dtype in module.REQUIREMENTS["kv_cache_dtypes"]:
         cache = TRITON_TYPE[kv_cache_dtype]
-        floor = next((cap for cap in CUDA_CAPABILITIES
-                      if all(compiles(name, GPUTarget("cuda", cap, 32), cache) for name in KV_KERNELS[module])),
-                     None)
+        # The lowest capability where every KV kernel of the module builds (searched upwards).
+        floor = next((cap for cap in CUDA_CAPABILITIES if all(
+            compiles(name, GPUTarget("cuda", cap, 32), cache) for name in KV_KERNELS[module])), None)
         assert floor is not None, f"{module.__name__} does not compile for {kv_cache_dtype} on any capability"
         if floor > CUDA_CAPABILITIES[0]:
             found[kv_cache_dtype] = floor

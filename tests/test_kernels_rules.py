@@ -175,13 +175,11 @@ def test_the_grid_reaches_both_verdicts_for_every_hard_rule():
 
 
 def test_cpu_interpreter_warning_fires_exactly_for_triton_on_cpu():
+    assert all("cpu" in module.REQUIREMENTS["platforms"] for module in KERNEL_MODULES)  # "cpu": interpreted
     rule = next(r for r in RULES if r["id"] == "kern.triton.cpu_interpreter")
-    interpreted = {platform for need in (m.REQUIREMENTS for m in KERNEL_MODULES) for platform in need["platforms"]
-                   if platform == "cpu"}
-    for platform in ("cuda", "rocm", "cpu"):
-        for backend in ("triton", "torch_native"):
-            fires = evaluate(rule["when"], {"attention_backend": backend}, {"platform": platform})
-            assert fires == (backend == "triton" and platform in interpreted)
+    for platform, backend in itertools.product(("cuda", "rocm", "cpu"), ("triton", "torch_native")):
+        fires = evaluate(rule["when"], {"attention_backend": backend}, {"platform": platform})
+        assert fires == (backend == "triton" and platform == "cpu")
 
 
 @pytest.mark.parametrize("backend, user_set, reduce_in_fp32, fires", [
@@ -202,8 +200,8 @@ def test_every_rule_is_well_formed_and_names_only_known_flags_and_facts():
     assert len(ids) == len(set(ids))
     for rule in RULES:
         assert rule["id"].startswith("kern.") and rule["reason"] and rule["ref"], rule["id"]
-        expected = {"require": {"when", "require"}, "conflict": {"when"}, "warn": {"when", "message"}}[rule["kind"]]
-        assert expected <= set(rule), rule["id"]
+        needed = {"require": {"when", "require"}, "conflict": {"when"}, "warn": {"when", "message"}}
+        assert needed[rule["kind"]] <= set(rule), rule["id"]
         for key in ("when", "require"):
             for name in names_in(rule.get(key, "True")):
                 assert name in CATALOG or name in FACTS_USED, f"{rule['id']}: unknown name {name}"

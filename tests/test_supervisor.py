@@ -30,6 +30,12 @@ def fail_after(delay: float, message: str) -> None:
     raise RuntimeError(message)
 
 
+def refuse_usage() -> None:
+    from resolver.errors import UsageError
+
+    raise UsageError("--tp-size 3 does not divide 4 heads")
+
+
 def alive(pid: int) -> bool:
     """True while `pid` is a live (non-zombie) process."""
     try:
@@ -62,6 +68,15 @@ def test_a_failing_child_tears_down_the_group_and_names_the_process_and_error(ca
     assert "'broken'" in err and "RuntimeError: disk on fire" in err and "exited with status 1" in err
     assert "\n" not in err.strip(), "the failure is one paragraph"
     assert wait_gone(pids, 1.0) == []
+
+
+def test_a_usage_error_in_a_child_keeps_its_exit_code_and_message(capsys):
+    group = ProcessGroup("demo")
+    group.start("worker", serve_forever)
+    group.start("picky", refuse_usage)
+    assert group.run() == 2
+    err = capsys.readouterr().err
+    assert "Last error: --tp-size 3 does not divide 4 heads" in err and "UsageError" not in err
 
 
 def test_a_child_killed_by_a_signal_is_reported_by_signal_name(capsys):
@@ -104,6 +119,17 @@ def test_a_child_that_never_becomes_ready_fails_the_group(capsys):
     err = capsys.readouterr().err
     assert "quiet did not become ready within 2 s" in err and "chatty did" not in err
     assert wait_gone(pids, 1.0) == []
+
+
+def test_cleanups_run_after_every_child_is_gone():
+    group = ProcessGroup("demo")
+    group.start("a", serve_forever)
+    pid = group.pids()["a"]
+    seen = []
+    group.add_cleanup(lambda: seen.append(alive(pid)))
+    threading.Timer(0.5, group.request_stop).start()
+    assert group.run() == 0
+    assert seen == [False]
 
 
 def test_duplicate_child_names_are_refused():

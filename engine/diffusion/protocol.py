@@ -19,8 +19,21 @@ def pack(message: dict[str, Any]) -> bytes:
     return msgpack.packb(message, use_bin_type=True)
 
 
+# The fields of one image job, as the front end sends them and a worker builds its ImageJob.
+JOB_FIELDS = frozenset({"prompt", "negative_prompt", "seed", "guidance_scale"})
+
+
 def unpack(data: bytes) -> dict[str, Any]:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+def unpack_or_none(data: bytes) -> dict[str, Any] | None:
+    """A message from a socket others can reach: None unless it is a msgpack map."""
+    try:
+        message = unpack(data)
+    except ValueError:  # every msgpack decoding error is one
+        return None
+    return message if isinstance(message, dict) else None
 
 
 def rank_address(ipc_dir: str, rank: int) -> str:

@@ -21,7 +21,7 @@ import zmq
 
 from engine.diffusion.batching import Batcher
 from engine.diffusion.ports import Endpoints
-from engine.diffusion.protocol import pack, rank_address, results_address, unpack
+from engine.diffusion.protocol import JOB_FIELDS, pack, rank_address, results_address, unpack, unpack_or_none
 from engine.diffusion.settings import EngineSettings
 from engine.supervisor import report_ready
 from resolver.frozen import ResolvedConfig
@@ -64,8 +64,7 @@ class Scheduler:
             events = dict(poller.poll(None if wait is None else max(1, int(wait * 1000))))
             if self.frontend in events:
                 while self.frontend.poll(0):
-                    identity, payload = self.frontend.recv_multipart()
-                    self._on_request(identity, unpack(payload))
+                    self._on_frontend(self.frontend.recv_multipart())
             if self.results in events:
                 while self.results.poll(0):
                     self._on_worker_message(unpack(self.results.recv()))
@@ -73,15 +72,20 @@ class Scheduler:
 
     # -- front end ---------------------------------------------------------------------------
 
-    def _on_request(self, identity: bytes, message: dict[str, Any]) -> None:
-        if message.get("op") == "status":
+    def _on_frontend(self, frames: list[bytes]) -> None:
+        """One message on the scheduler port; a malformed one is answered, never allowed to crash us."""
+        identity = frames[0]
+        message = unpack_or_none(frames[-1]) if len(frames) == 2 else None
+        if message is None:
+            self._reply(identity, {"id": None, "error": "malformed message: expected one msgpack map"})
+        elif message.get("op") == "status":
             self._reply(identity, {"id": message.get("id"), **self.status()})
-        elif message.get("op") == "generate":
+        elif message.get("op") == "generate" and _well_formed(message):
             key = (message["width"], message["height"], message["steps"])
             now = time.monotonic()
             self.batcher.add(key, (identity, message, now), now)
         else:
-            self._reply(identity, {"id": message.get("id"), "error": f"unknown op {message.get('op')!r}"})
+            self._reply(identity, {"id": message.get("id"), "error": f"unknown or malformed op {message.get('op')!r}"})
 
     def status(self) -> dict[str, Any]:
         plan = self.settings.plan
@@ -157,6 +161,14 @@ class Scheduler:
         if self.settings.batching_metrics:
             print(f"accord diffusion scheduler: batch {batch_id} -> replica {dp}: {requests} request(s), "
                   f"{images} image(s), oldest waited {1000 * waited_s:.1f} ms", flush=True)
+
+
+def _well_formed(message: dict[str, Any]) -> bool:
+    """Does a generate message carry what a worker unpacks? (The front end has checked the values.)"""
+    jobs = message.get("jobs")
+    sizes_ok = all(isinstance(message.get(k), int) and message[k] > 0 for k in ("width", "height", "steps"))
+    return sizes_ok and isinstance(jobs, list) and bool(jobs) and all(
+        isinstance(job, dict) and set(job) == JOB_FIELDS for job in jobs)
 
 
 def scheduler_main(config_dict: dict, endpoints_dict: dict, ipc_dir: str) -> None:

@@ -1,14 +1,18 @@
 """The LLM serving engine: a resolved config in, a running OpenAI-compatible server out.
 
-Process topology (one box per process, started by `server.serve` under a ProcessGroup):
+Process topology (started by `server.serve` under one supervisor ProcessGroup):
 
     http (front end + tokenizer) --requests--> scheduler ranks (one per dp, pp, tp rank)
-         ^                                          | leader of each DP group
+         ^                                          | the request leader of each DP group
          +------ text ------ detokenizer <--ids------+
 
-Modules, each with one job: `settings` (what the engine reads from the config, checked),
-`model_config`/`weights`/`model` (the Llama decoder), `parallel` (torch.distributed groups),
-`kv_cache`/`radix_cache` (paged KV pool and prefix sharing), `attention` (backends), `sampling`,
-`model_runner` (one forward step), `scheduler` (batching policy), `scheduler_process`,
-`detokenizer`, `tokenizer`, `http_server`, `messages` (the msgpack wire format).
+Modules, each with one job:
+- `settings`: what the engine reads from the resolved config, checked once;
+- `model_config`, `weights`, `model`: the Llama-style decoder, sharded by TP and PP;
+- `parallel`: torch.distributed groups and collectives; `kv_cache`, `radix_cache`: the paged KV
+  pool and prefix sharing; `attention`: the torch_native and triton backends;
+- `batch`, `model_runner`, `cuda_graph`, `sampling`: one forward step and its tokens;
+- `scheduler`: the batching policy; `worker`: one rank's step, kept in lockstep with its group;
+- `scheduler_process`, `detokenizer`, `http_server`: the processes; `messages`: their msgpack
+  wire format; `tokenizer`: the byte-level tokenizer of the built-in model.
 """

@@ -62,12 +62,9 @@ class TorchNativeAttention(AttentionBackend):
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """q [B, Tq, Hq, D], k/v [B, Tk, Hkv, D], mask [B or 1, Tq, Tk] -> [B, Tq, Hq, D]."""
-        groups = q.shape[2] // k.shape[2]
-        if groups > 1:
-            k = k.repeat_interleave(groups, dim=2)
-            v = v.repeat_interleave(groups, dim=2)
         out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                             attn_mask=mask.unsqueeze(1), scale=self.scale)
+                                             attn_mask=mask.unsqueeze(1), scale=self.scale,
+                                             enable_gqa=q.shape[2] != k.shape[2])
         return out.transpose(1, 2)
 
 

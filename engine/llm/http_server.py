@@ -76,7 +76,7 @@ class FrontEnd:
             sock = self._zmq.socket(zmq.PUSH)
             sock.connect(address)
             self._outboxes.append(sock)
-        self._reader = asyncio.create_task(self._read_outputs())
+        self.reader = asyncio.create_task(self._read_outputs())
 
     async def _read_outputs(self) -> None:
         while True:
@@ -107,15 +107,18 @@ class FrontEnd:
         """Check the prompt now (so a bad one is a 400 before any streaming starts), then return
         the request's output items (a single one when not streaming)."""
         self.check_prompt(input_ids, params.max_new_tokens)
+        if rid in self._queues:
+            raise BadRequest(f"rid {rid!r} is already in use by a running request")
+        self._queues[rid] = asyncio.Queue()
         return self._outputs_of(input_ids, params, stream, rid)
 
     async def _outputs_of(self, input_ids: list[int], params: SamplingParams, stream: bool,
                           rid: str) -> AsyncIterator[dict]:
-        queue: asyncio.Queue = asyncio.Queue()
-        self._queues[rid] = queue
+        queue = self._queues[rid]
+        outbox = self._outboxes[next(self._next_group)]
         finished = False
         try:
-            await self._outboxes[next(self._next_group)].send(pack(
+            await outbox.send(pack(
                 {"type": "generate", "rid": rid, "input_ids": input_ids, "sampling": params.to_dict(),
                  "stream": stream}))
             while not finished:
@@ -128,8 +131,7 @@ class FrontEnd:
         finally:
             del self._queues[rid]
             if not finished:  # the caller went away: stop spending compute on it
-                for sock in self._outboxes:
-                    await sock.send(pack({"type": "abort", "rid": rid}))
+                await outbox.send(pack({"type": "abort", "rid": rid}))
 
 
 async def final_item(items: AsyncIterator[dict]) -> dict:
@@ -370,6 +372,9 @@ def run_http(config_data: dict, endpoints: Endpoints) -> None:
                 raise RuntimeError(f"the HTTP server could not start on {settings.host}:{settings.port}")
             await asyncio.sleep(0.01)
         report_ready()
-        await serving
+        # Either task ending ends the process; a failure of either is this process's error.
+        done, _ = await asyncio.wait({serving, front.reader}, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
 
     asyncio.run(main())

@@ -38,10 +38,13 @@ class RotaryEmbedding:
         self.cos = emb.cos().float().to(device)
         self.sin = emb.sin().float().to(device)
 
-    def __call__(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """x [T, H, D] rotated by each token's position."""
-        cos = self.cos[positions][:, None, :]
-        sin = self.sin[positions][:, None, :]
+    def angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of each token's position, [T, 1, D]: computed once per step, used per layer."""
+        return self.cos[positions][:, None, :], self.sin[positions][:, None, :]
+
+    @staticmethod
+    def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """x [T, H, D] rotated by the angles of its tokens."""
         half = x.shape[-1] // 2
         rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return (x.float() * cos + rotated.float() * sin).to(x.dtype)
@@ -54,6 +57,7 @@ class StepContext:
         self.batch = batch
         self.pool = pool
         self.attention = attention
+        self.cos = self.sin = None  # rotary angles of the batch's positions, set by the model
 
 
 class DecoderLayer:
@@ -84,7 +88,7 @@ class DecoderLayer:
     def tensors(self) -> list[torch.Tensor]:
         return [self.qkv, self.o, self.gate_up, self.down, self.input_norm, self.post_norm]
 
-    def forward(self, x: torch.Tensor, ctx: StepContext, rope: RotaryEmbedding) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         c, batch = self.config, ctx.batch
         h = rms_norm(x, self.input_norm, c.rms_norm_eps)
         qkv = F.linear(h, self.qkv)
@@ -92,7 +96,8 @@ class DecoderLayer:
         q = qkv[:, :q_size].reshape(-1, self.heads, c.head_dim)
         k = qkv[:, q_size:q_size + kv_size].reshape(-1, self.kv_heads, c.head_dim)
         v = qkv[:, q_size + kv_size:].reshape(-1, self.kv_heads, c.head_dim)
-        q, k = rope(q, batch.positions), rope(k, batch.positions)
+        q = RotaryEmbedding.rotate(q, ctx.cos, ctx.sin)
+        k = RotaryEmbedding.rotate(k, ctx.cos, ctx.sin)
         ctx.pool.write(self.pool_index, batch.out_slots, k, v)
         if batch.mode == "decode":
             attn = ctx.attention.decode(q, ctx.pool, self.pool_index, batch)
@@ -144,8 +149,9 @@ class LlamaStage:
         """Hidden states for the next stage, or on the last stage the fp32 logits of the tokens
         that end a sampling sequence."""
         x = F.embedding(ctx.batch.input_ids, self.embed) if self.comm.is_first_stage else hidden
+        ctx.cos, ctx.sin = self.rope.angles(ctx.batch.positions)
         for layer in self.layers:
-            x = layer.forward(x, ctx, self.rope)
+            x = layer.forward(x, ctx)
         if not self.comm.is_last_stage:
             return x
         x = rms_norm(x[ctx.batch.sample_index], self.norm, self.config.rms_norm_eps)

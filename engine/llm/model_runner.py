@@ -36,8 +36,6 @@ class ModelRunner:
     def __init__(self, settings: EngineSettings, config: ModelConfig, comm: Comm):
         self.settings, self.config, self.comm = settings, config, comm
         self.device = comm.device
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
         self.dtype = model_dtype(settings.dtype, config)
         self.context_length = context_length(settings.context_length, config)
         self.stage = LlamaStage(config, comm, self.dtype, self.device, self.context_length)

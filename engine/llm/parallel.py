@@ -37,13 +37,13 @@ def rendezvous(init_method: str, world_rank: int, world_size: int, timeout: date
         os.environ.setdefault("GLOO_SOCKET_IFNAME", LOOPBACK_INTERFACE)
         os.environ.setdefault("NCCL_SOCKET_IFNAME", LOOPBACK_INTERFACE)
     if world_rank != 0:
-        return dist.TCPStore(host, port, world_size, False, timeout=timeout), None
+        return dist.TCPStore(host, port, world_size, False, timeout=timeout)
     listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind((host, port))
     listener.listen()
-    store = dist.TCPStore(host, port, world_size, True, timeout=timeout, master_listen_fd=listener.fileno())
-    return store, listener
+    # The store takes the descriptor over (and closes it when it is done).
+    return dist.TCPStore(host, port, world_size, True, timeout=timeout, master_listen_fd=listener.detach())
 
 
 class Comm:
@@ -57,14 +57,15 @@ class Comm:
         self.tp_rank, self.pp_rank = rank.tp, rank.pp
         self.attn_tp_rank = rank.tp % self.attn_tp_size
         self.device = torch.device(settings.device_for(rank))
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)  # before NCCL binds this rank to a device
         self._tp = self._tp_cpu = self._attn = self._attn_cpu = self._world_cpu = None
         self._attn_root = self.world_rank
-        self._listener = None
         if self.world_size == 1:
             return
         timeout = datetime.timedelta(seconds=settings.dist_timeout_s or 24 * 3600)
         self._backend = "gloo" if self.device.type == "cpu" else "nccl"
-        store, self._listener = rendezvous(init_method, self.world_rank, self.world_size, timeout)
+        store = rendezvous(init_method, self.world_rank, self.world_size, timeout)
         dist.init_process_group(self._backend, store=store, world_size=self.world_size,
                                 rank=self.world_rank, timeout=timeout)
         self._world_cpu = self._cpu_twin(dist.group.WORLD, list(range(self.world_size)))
@@ -203,5 +204,3 @@ class Comm:
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
-        if self._listener is not None:
-            self._listener.close()

@@ -248,6 +248,9 @@ def _topology(v: Mapping[str, Any]) -> Topology:
         raise UsageError(f"--enable-dp-attention splits the TP group into dp_size attention groups: "
                          f"--tp-size {topology.tp_size} must be a multiple of --dp-size "
                          f"{topology.dp_size}.")
+    if topology.dp_attention and topology.dp_size > 1 and topology.pp_size > 1:
+        raise UsageError("Accord's engine runs DP attention with a single pipeline stage; drop "
+                         "--pp-size or --enable-dp-attention.")
     if topology.nnodes > 1 and topology.dp_size > 1 and not topology.dp_attention:
         raise UsageError("data parallelism across several nodes needs --enable-dp-attention; "
                          "without it run one server per node.")

@@ -214,10 +214,14 @@ def decode_attention_reference(q, k_cache, v_cache, block_table, seq_lens, *, sc
     group = num_q_heads // num_kv_heads
     keys = gather_tokens(k_cache, block_table).float() * k_scale
     values = gather_tokens(v_cache, block_table).float() * v_scale
-    queries = q.float().reshape(batch, num_kv_heads, group, head_dim)
-    scores = torch.einsum("bhgd,bthd->bhgt", queries, keys) * scale
     positions = torch.arange(keys.shape[1], device=q.device)
     cached = positions[None, :] < seq_lens.to(q.device)[:, None]
+    # Slots past a sequence's end hold whatever their pages hold (NaN, even): zero them, or a
+    # 0 * NaN in P @ V would leak through.
+    keys = keys.masked_fill(~cached[:, :, None, None], 0.0)
+    values = values.masked_fill(~cached[:, :, None, None], 0.0)
+    queries = q.float().reshape(batch, num_kv_heads, group, head_dim)
+    scores = torch.einsum("bhgd,bthd->bhgt", queries, keys) * scale
     scores = scores.masked_fill(~cached[:, None, None, :], float("-inf"))
     # A row with no cached token is all -inf, and softmax makes it NaN: call that row zero.
     probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)

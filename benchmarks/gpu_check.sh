@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The kernel checks that need a CUDA GPU, in one run: every kernel test module compiled for the
+# GPU (no Triton interpreter), then benchmarks/bench_kernels.py (Triton vs torch reference ratios).
+#   benchmarks/gpu_check.sh            (PYTHON=... to choose the interpreter; default: .venv, else python3)
+# Exit status: 0 all passed, 1 a test module failed, 2 no CUDA device.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ -n "${PYTHON:-}" ]]; then py="$PYTHON"
+elif [[ -x .venv/bin/python ]]; then py=.venv/bin/python
+else py=python3
+fi
+
+if ! "$py" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    echo "gpu_check: no CUDA device is visible to torch ($py); nothing was checked." >&2
+    exit 2
+fi
+nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv,noheader 2>/dev/null || true
+
+status=0
+for module in tests/test_kernels_{decode,extend,kv_quant,rmsnorm,compile,rules}.py; do
+    echo "== $module"
+    env -u TRITON_INTERPRET ACCORD_KERNEL_TESTS=1 "$py" -m pytest -q -p no:cacheprovider "$module" || status=1
+done
+
+echo "== benchmarks/bench_kernels.py"
+PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" "$py" benchmarks/bench_kernels.py || status=1
+exit $status
