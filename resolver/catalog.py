@@ -12,15 +12,13 @@ import functools
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from resolver.errors import UsageError
+from resolver.yamlcache import read_yaml_files
 
 RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
 SYSTEMS = ("llm", "diffusion")
 TYPES = ("bool", "int", "float", "str", "enum", "list", "json")
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,9 +161,8 @@ def _read_catalog(system: str, root: Path) -> Catalog:
         raise UsageError(f"unknown system {system!r}; use one of: {', '.join(SYSTEMS)}.")
     flags: dict[str, Flag] = {}
     owners: dict[str, str] = {}
-    for path in catalog_files(system, root):
-        with open(path, encoding="utf-8") as fh:
-            documents = [d for d in yaml.load_all(fh, Loader=_Loader) if d]
+    paths = catalog_files(system, root)
+    for path, documents in zip(paths, read_yaml_files(paths)):
         for doc in documents:
             group = doc.get("group", "misc")
             for entry in doc.get("flags", ()):

@@ -204,14 +204,22 @@ class _Compiler:
 
     def _sequence(self, node) -> Compiled:
         items = [self.compile(elt) for elt in node.elts]
-        return lambda env: tuple(item(env) for item in items)
+        # A list literal is a list (a default value may be a list flag's value); others are tuples.
+        make = list if isinstance(node, ast.List) else tuple
+        return lambda env: make(item(env) for item in items)
 
     _List = _Tuple = _Set = _sequence
 
     def _BoolOp(self, node: ast.BoolOp) -> Compiled:
         parts = [self.compile(v) for v in node.values]
         if isinstance(node.op, ast.And):
+            if len(parts) == 2:
+                a, b = parts
+                return lambda env: bool(a(env)) and bool(b(env))
             return lambda env: all(bool(p(env)) for p in parts)
+        if len(parts) == 2:
+            a, b = parts
+            return lambda env: bool(a(env)) or bool(b(env))
         return lambda env: any(bool(p(env)) for p in parts)
 
     def _UnaryOp(self, node: ast.UnaryOp) -> Compiled:
@@ -237,6 +245,9 @@ class _Compiler:
                 raise self.fail(f"comparison `{type(op).__name__}`")
             ops.append(fn)
         operands = [self.compile(node.left)] + [self.compile(c) for c in node.comparators]
+        if len(ops) == 1:  # the common case, without the chain loop
+            fn, left_fn, right_fn = ops[0], operands[0], operands[1]
+            return lambda env: fn(left_fn(env), right_fn(env))
 
         def compare(env):
             left = operands[0](env)

@@ -280,8 +280,9 @@ def _catalog_parser(system: str) -> tuple[_Parser, Catalog]:
     return parser, catalog
 
 
+@functools.lru_cache(maxsize=32)
 def _command_parser(system: str, add_options: AddOptions | None, prog: str) -> tuple[_Parser, Catalog]:
-    """The cached catalog parser plus the calling command's own options (copying it is ~1 ms)."""
+    """The cached catalog parser plus the calling command's own options, built once per command."""
     base, catalog = _catalog_parser(system)
     parser = _Parser(
         prog=prog, parents=[base], allow_abbrev=False,

@@ -202,12 +202,16 @@ def all_rows(space: Space, max_rows: int | None = None) -> list[dict[str, Any]]:
     return [_verify(space, row) for row in ordered]
 
 
-def covering_rows(space: Space, t: int, seed: int, max_rows: int | None) -> tuple[list[dict[str, Any]], set, set]:
-    """Greedy t-wise covering array over the legal t-tuples.
+def covering_rows(space: Space, t: int, seed: int, max_rows: int | None,
+                  respect_rules: bool = True) -> tuple[list[dict[str, Any]], set, set]:
+    """Greedy t-wise covering array over the legal t-tuples (over all of them if not respect_rules:
+    the unconstrained baseline a constrained matrix is compared with).
 
-    Returns the rows (verified, unless the space ignores the rules), the legal t-tuples and the
-    covered ones. A start tuple with no legal completion is proved illegal by the exhaustive search.
+    Returns the rows (verified by a resolve when the rules are respected), the legal t-tuples and
+    the covered ones. A start tuple without a legal completion is proved illegal by the search.
     """
+    if not respect_rules and space.respect_rules:
+        space = Space(space.system, space.presets, space.axes, space.fixed, respect_rules=False)
     rng = random.Random(seed)
     every = list(_tuples(space.axes, t))
     order = {tp: i for i, tp in enumerate(every)}

@@ -9,14 +9,14 @@ and id, never in the middle of a resolve.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from resolver.catalog import RULES_DIR, SYSTEMS
 from resolver.errors import UsageError
 from resolver.expr import Expr, ExpressionError, parse
+from resolver.yamlcache import read_yaml_files
 
 KINDS = ("require", "conflict", "default", "prefer", "warn")
 HARD_KINDS = ("require", "conflict")
@@ -28,7 +28,6 @@ _KIND_KEYS = {
     "prefer": {"flag", "values"},
     "warn": {"message"},
 }
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,16 +65,16 @@ class Rule:
         exprs += [e for _, e in self.fix]
         return exprs
 
-    @property
+    @functools.cached_property
     def reads_flags(self) -> frozenset[str]:
         """Flags this rule reads (not counting the flag it sets)."""
         return frozenset().union(*(e.flags for e in self.expressions()))
 
-    @property
+    @functools.cached_property
     def reads_facts(self) -> frozenset[str]:
         return frozenset().union(*(e.facts for e in self.expressions()))
 
-    @property
+    @functools.cached_property
     def constrained_flags(self) -> frozenset[str]:
         """Flags a hard rule constrains: the ones in its condition and requirement."""
         exprs = [e for e in (self.when, self.require) if e is not None]
@@ -157,14 +156,9 @@ def load_rules(system: str, root: Path = RULES_DIR) -> RuleSet:
         raise UsageError(f"unknown system {system!r}; use one of: {', '.join(SYSTEMS)}.")
     rules: list[Rule] = []
     seen: dict[str, str] = {}
-    for path in rule_files(system, root):
-        try:
-            with open(path, encoding="utf-8") as fh:
-                doc = yaml.load(fh, Loader=_Loader) or {}
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            line = f" line {mark.line + 1}" if mark else ""
-            raise UsageError(f"{path}{line}: malformed YAML ({getattr(err, 'problem', err)}).") from None
+    paths = rule_files(system, root)
+    for path, documents in zip(paths, read_yaml_files(paths)):
+        doc = documents[0] if documents else {}
         area = doc.get("area", path.stem)
         for entry in doc.get("rules") or ():
             rule = _rule_from_yaml(entry, area, path)

@@ -199,7 +199,7 @@ class Plan:
               hard_rules: list[Rule] | None = None) -> Outcome:
         """Resolve every flag. `hard_rules` narrows the constraints (used by explanations)."""
         rules = self.hard_rules if hard_rules is None else hard_rules
-        decided, ok = self._decide(user, facts, rules)
+        decided, ok, unknown, constrained = self._decide(user, facts, rules)
         env = Env(self, user, facts, decided)
         values: dict[str, Any] = {}
         origin: dict[str, str | None] = {}
@@ -213,9 +213,10 @@ class Plan:
                 values[name], origin[name] = self.candidates(name, env)[0]
             else:
                 values[name], origin[name] = env.derived(name)
+        # Rules that read no decision were checked once, up front; re-check the others on the result.
         final = Env(self, user, facts, values)
-        violated, unknown = [], []
-        for rule in rules:
+        violated = []
+        for rule in constrained:
             try:
                 if not check(rule, final):
                     violated.append(rule)
@@ -228,15 +229,26 @@ class Plan:
         rules = self.hard_rules if hard_rules is None else hard_rules
         return self._decide(user, facts, rules)[1]
 
-    def _decide(self, user: Mapping[str, Any], facts: Mapping[str, Any],
-                rules: list[Rule]) -> tuple[dict[str, Any], bool]:
-        """Choose every decision that some hard rule depends on; False if no choice satisfies them."""
+    def _decide(self, user: Mapping[str, Any], facts: Mapping[str, Any], rules: list[Rule]):
+        """Choose every decision that some hard rule depends on.
+
+        Returns (decisions, satisfiable, rules that could not be checked for lack of a fact, the
+        rules that read decisions). Rules that read no decision are checked here, once.
+        """
         memo: dict[str, frozenset] = {}
         rule_vars = [(rule, self.depends(rule.constrained_flags, user, memo)) for rule in rules]
         base = Env(self, user, facts, {})
-        if not all(_holds(rule, base) for rule, deps in rule_vars if not deps):
-            return {}, False
+        unknown: list[tuple[Rule, str]] = []
+        for rule, deps in rule_vars:
+            if deps:
+                continue
+            try:
+                if not check(rule, base):
+                    return {}, False, unknown, []
+            except UnknownFact as missing:
+                unknown.append((rule, missing.key))
         constrained = [(rule, deps) for rule, deps in rule_vars if deps]
+        with_decisions = [rule for rule, _ in constrained]
         variables = sorted(set().union(*(d for _, d in constrained)), key=self.order.__getitem__)
         # Eligibility of a decision (its prefer `when`s) may read other decisions: include those.
         extra = {v: self.depends(self._prefer_reads(v), user, memo) - {v} for v in variables}
@@ -250,19 +262,30 @@ class Plan:
                     pending.append(dep)
         decided: dict[str, Any] = {}
         for component in _components(variables, constrained, extra):
-            comp_rules = [rule for rule, deps in constrained if deps & component]
             order = self._decision_order(component, extra)
+            position = {var: i for i, var in enumerate(order)}
+            # A rule is checked directly at the step that decides its last decision ("closes" it);
+            # before that it constrains the look-ahead of the still undecided ones.
+            closes_at: dict[int, list[Rule]] = {}
+            open_until: list[tuple[Rule, frozenset, int]] = []
+            for rule, deps in constrained:
+                if deps & component:
+                    last = max(position[d] for d in deps)
+                    closes_at.setdefault(last, []).append(rule)
+                    open_until.append((rule, deps, last))
             for i, var in enumerate(order):
                 rest = order[i + 1:]
-                env = Env(self, user, facts, decided)
-                for value, _rid in self.candidates(var, env):
+                ahead = [(rule, deps) for rule, deps, last in open_until if last > i]
+                for value, _rid in self.candidates(var, Env(self, user, facts, decided)):
                     decided[var] = value
-                    if self._feasible(rest, comp_rules, user, facts, decided, memo):
+                    env = Env(self, user, facts, decided)
+                    if all(_holds(rule, env) for rule in closes_at.get(i, ())) and \
+                            self._feasible(rest, ahead, user, facts, decided, memo):
                         break
                 else:
                     decided.pop(var, None)
-                    return decided, False
-        return decided, True
+                    return decided, False, unknown, with_decisions
+        return decided, True, unknown, with_decisions
 
     def _decision_order(self, component: set[str], extra: dict[str, frozenset]) -> list[str]:
         """Decisions whose eligibility others read come first; catalog order breaks ties."""
@@ -275,18 +298,19 @@ class Plan:
             sorter.done(*ready)
         return order
 
-    def _feasible(self, undecided: list[str], rules: list[Rule], user, facts, decided, memo) -> bool:
-        """Can the undecided variables still be chosen so that every rule holds?"""
-        involved = []
-        for rule in rules:
-            deps = self.depends(rule.constrained_flags, user, memo) & set(undecided)
-            if not deps:
-                if not _holds(rule, Env(self, user, facts, decided)):
-                    return False
-            else:
-                involved.append((rule, sorted(deps, key=self.order.__getitem__)))
-        if not undecided:
+    def _feasible(self, undecided: list[str], rules: list[tuple[Rule, frozenset]], user, facts,
+                  decided, memo) -> bool:
+        """Can the undecided decisions still be chosen so that every rule (all still open) holds?"""
+        if not rules:
+            return True  # every decision has at least one eligible candidate
+        # Fast path: the most preferred completion is usually legal, and is then its own witness.
+        trial = dict(decided)
+        for var in undecided:
+            trial[var] = self.candidates(var, Env(self, user, facts, trial))[0][0]
+        witness = Env(self, user, facts, trial)
+        if all(_holds(rule, witness) for rule, _ in rules):
             return True
+        pending = set(undecided)
         problem = Problem()
         for var in undecided:
             problem.addVariable(var, self.domain(var))
@@ -297,10 +321,11 @@ class Plan:
                 return _holds(rule, Env(self, user, facts, {**fixed, **dict(zip(names, vals))}))
             return constraint
 
-        for rule, names in involved:
+        for rule, deps in rules:
+            names = sorted(deps & pending, key=self.order.__getitem__)
             problem.addConstraint(make(rule, names), names)
         for var in undecided:
-            reads = sorted((self.depends(self._prefer_reads(var), user, memo) - {var}) & set(undecided),
+            reads = sorted((self.depends(self._prefer_reads(var), user, memo) - {var}) & pending,
                            key=self.order.__getitem__)
             names = [var] + reads
 

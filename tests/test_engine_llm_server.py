@@ -259,6 +259,15 @@ def test_a_killed_rank_tears_everything_down(tmp_path):
         httpx.get(f"{srv.url}/health")
 
 
+def test_launcher_front_end_and_detokenizer_do_not_import_torch():
+    """Only scheduler ranks pay for torch; the launcher spawns them without waiting on it."""
+    code = ("import sys, engine.llm.server, engine.llm.http_server, engine.llm.detokenizer; "
+            "print(sorted(m for m in ('torch', 'triton', 'numpy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.stdout.strip() == "[]", done.stderr
+
+
 def test_processes_refuse_a_config_whose_hash_does_not_match():
     config = server_config()
     tampered = config.to_dict()

@@ -11,7 +11,8 @@ Modules, each with one job:
 - `model_config`, `weights`, `model`: the Llama-style decoder, sharded by TP and PP;
 - `parallel`: torch.distributed groups and collectives; `kv_cache`, `radix_cache`: the paged KV
   pool and prefix sharing; `attention`: the torch_native and triton backends;
-- `batch`, `model_runner`, `cuda_graph`, `sampling`: one forward step and its tokens;
+- `batch`, `model_runner`, `cuda_graph`, `sampling`, `sampling_params`: one forward step and
+  its tokens;
 - `scheduler`: the batching policy; `worker`: one rank's step, kept in lockstep with its group;
 - `scheduler_process`, `detokenizer`, `http_server`: the processes; `messages`: their msgpack
   wire format; `tokenizer`: the byte-level tokenizer of the built-in model.

@@ -28,7 +28,7 @@ from starlette.routing import Route
 
 from engine.llm.messages import pack, unpack
 from engine.llm.model_config import ModelConfig, context_length, load_model_config
-from engine.llm.sampling import MAX_NEW_TOKENS_DEFAULT, SamplingParams
+from engine.llm.sampling_params import MAX_NEW_TOKENS_DEFAULT, SamplingParams
 from engine.llm.settings import EngineSettings
 from engine.llm.tokenizer import make_tokenizer
 from engine.ports import Endpoints, bind_private

@@ -23,7 +23,8 @@ import torch
 from engine.llm.batch import SeqSlice
 from engine.llm.kv_cache import KVPool
 from engine.llm.radix_cache import Node, RadixCache
-from engine.llm.sampling import SamplingParams, request_generator
+from engine.llm.sampling import request_generator
+from engine.llm.sampling_params import SamplingParams
 from engine.llm.tokenizer import ByteTokenizer
 
 LPM_MAX_WAITING = 128

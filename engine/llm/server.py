@@ -13,12 +13,19 @@ import sys
 from engine.llm.detokenizer import run_detokenizer
 from engine.llm.http_server import run_http
 from engine.llm.model_config import context_length, load_model_config
-from engine.llm.scheduler_process import run_scheduler
-from engine.llm.settings import EngineSettings
 from engine import ports
+from engine.llm.settings import EngineSettings
 from engine.supervisor import ProcessGroup
 from resolver.errors import UsageError
 from resolver.frozen import ResolvedConfig
+
+
+def run_scheduler_rank(config_data: dict, rank, endpoints) -> None:
+    """Entry point of a scheduler rank. Importing torch here, in the child, keeps it out of the
+    parent (and of the front end and detokenizer), so the ranks start sooner."""
+    from engine.llm.scheduler_process import run_scheduler
+
+    run_scheduler(config_data, rank, endpoints)
 
 
 def serve(config: ResolvedConfig) -> int:
@@ -44,7 +51,7 @@ def serve(config: ResolvedConfig) -> int:
             group.start("http", run_http, data, endpoints)
             group.start("detokenizer", run_detokenizer, data, endpoints)
         for rank in topo.ranks_on_this_node():
-            group.start(rank.name, run_scheduler, data, rank, endpoints)
+            group.start(rank.name, run_scheduler_rank, data, rank, endpoints)
         where = f"http://{settings.host}:{settings.port}" if front_end_here else f"node {topo.node_rank}"
         pids = " ".join(f"{name}={pid}" for name, pid in group.pids().items())
         return group.run(on_ready=lambda: print(

@@ -38,13 +38,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="with --dry-run: only these flags (repeatable)")
 
 
-def resolve_command(argv: list[str], prog: str, extra=None) -> tuple[argparse.Namespace, ParsedFlags, dict]:
+def resolve_command(argv: list[str], prog: str) -> tuple[argparse.Namespace, ParsedFlags, dict]:
     """Parse a launch command and load its facts (shared by resolve, why and serve)."""
-    def options(parser):
-        add_options(parser)
-        if extra:
-            extra(parser)
-    opts, parsed = parse_flags(argv, add_options=options, prog=prog)
+    opts, parsed = parse_flags(argv, add_options=add_options, prog=prog)
     facts = load_facts(opts.facts, opts.fact, model_path=parsed.values.get("model_path"),
                        system=parsed.system)
     return opts, parsed, facts

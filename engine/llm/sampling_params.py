@@ -1,0 +1,65 @@
+"""A request's sampling parameters, validated where the request enters (imports no torch).
+
+A bad value is a ValueError naming the field, which the front end turns into an HTTP 400.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+MAX_NEW_TOKENS_DEFAULT = 128
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = MAX_NEW_TOKENS_DEFAULT
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+    @classmethod
+    def from_request(cls, raw: Mapping[str, Any]) -> "SamplingParams":
+        """Validate a request's sampling fields; ValueError names the bad field (-> HTTP 400)."""
+        unknown = sorted(set(raw) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown sampling parameter(s) {unknown}; known: "
+                             f"{sorted(f.name for f in dataclasses.fields(cls))}")
+        values = {k: v for k, v in raw.items() if v is not None}
+        stop = values.get("stop", ())
+        values["stop"] = (stop,) if isinstance(stop, str) else tuple(stop)
+        values["stop_token_ids"] = tuple(values.get("stop_token_ids", ()))
+        params = cls(**values)
+        checks = [
+            (isinstance(params.max_new_tokens, int) and params.max_new_tokens >= 1,
+             "max_new_tokens must be an integer >= 1"),
+            (_is_number(params.temperature) and params.temperature >= 0, "temperature must be >= 0"),
+            (_is_number(params.top_p) and 0 < params.top_p <= 1, "top_p must be in (0, 1]"),
+            (isinstance(params.top_k, int) and (params.top_k == -1 or params.top_k >= 1),
+             "top_k must be -1 (off) or >= 1"),
+            (all(isinstance(s, str) and s for s in params.stop), "stop must be a non-empty string or a list of them"),
+            (all(isinstance(t, int) for t in params.stop_token_ids), "stop_token_ids must be integers"),
+            (isinstance(params.ignore_eos, bool), "ignore_eos must be true or false"),
+            (params.seed is None or isinstance(params.seed, int), "seed must be an integer"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        return params
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["stop"], d["stop_token_ids"] = list(self.stop), list(self.stop_token_ids)
+        return d
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
