@@ -34,7 +34,7 @@ from kernels.paged_kv import FP8_DTYPES, check_cache, check_index
 KV_CACHE_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 """kv_cache_dtype flag values that store FP8, and the torch dtype each one stores."""
 
-SIXTEEN_BIT_KV = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+BF16_KV = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
 """kv_cache_dtype flag values that store bf16 whatever the model dtype."""
 
 REQUIREMENTS = {
@@ -53,8 +53,8 @@ def cache_dtype(kv_cache_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
     """The torch dtype a KV pool is allocated with for a resolved kv_cache_dtype value."""
     if kv_cache_dtype == "auto":
         return model_dtype
-    if kv_cache_dtype in SIXTEEN_BIT_KV:
-        return SIXTEEN_BIT_KV[kv_cache_dtype]
+    if kv_cache_dtype in BF16_KV:
+        return BF16_KV[kv_cache_dtype]
     if kv_cache_dtype in KV_CACHE_DTYPES:
         return KV_CACHE_DTYPES[kv_cache_dtype]
     supported = ", ".join(REQUIREMENTS["kv_cache_dtypes"])

@@ -155,6 +155,9 @@ def _alternatives(plan: Plan, name: str, current: Any) -> list[Any]:
     flag = plan.catalog[name]
     domain = flag.finite_domain
     if domain is None:
+        if flag.type == "int" and isinstance(current, int) and current > 1:
+            # Sizes are mostly powers of two: the neighbours are the likeliest legal values.
+            return [v for v in (current // 2, current * 2, current // 4) if v >= 1]
         return []
     preferred = plan.domain(name) if name in plan.prefer_rules else []
     ordered = [v for v in preferred if v in domain] + [v for v in domain if v not in preferred]

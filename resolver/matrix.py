@@ -89,6 +89,8 @@ class Space:
         self._pinnings: dict[str, Pinning] = {}
         self._exclusions: dict[tuple, list[tuple[Rule, ...]] | None] = {}
         self._completable: dict[tuple, bool] = {}
+        self.nogoods: list[frozenset] = []          # combinations no legal row can hold
+        self._nogoods_by_item: dict[tuple, list[frozenset]] = {}
 
     def user(self, row: Mapping[str, Any]) -> dict[str, Any]:
         return {**self.fixed, **self.pins(row)}
@@ -118,10 +120,32 @@ class Space:
         return self._exclusions[key]
 
     def settled(self, row: Mapping[str, Any], groups: list[tuple[Rule, ...]]) -> bool:
-        """Some exclusion of `row` cannot be undone by any axis the row leaves open."""
+        """Some exclusion of `row` cannot be undone by any axis the row leaves open.
+
+        Such an exclusion only depends on the preset and on the row's values of flags the rules
+        can see, so that part of the row is remembered as a nogood: no legal row holds it.
+        """
         pinning = self.pinning(row[FACTS_AXIS])
         open_flags = {a.name for a in self.axes if a.name not in row}
-        return any(not (pinning.repair_flags(g) & open_flags) for g in groups)
+        settled = False
+        for group in groups:
+            repairs = pinning.repair_flags(group)
+            if not repairs & open_flags:
+                settled = True
+                self._learn(frozenset(item for item in _items(row) if item[0] == FACTS_AXIS or item[0] in repairs))
+        return settled
+
+    def _learn(self, nogood: frozenset) -> None:
+        if nogood in self._nogoods_by_item.get(next(iter(nogood)), ()):
+            return
+        self.nogoods.append(nogood)
+        for item in nogood:
+            self._nogoods_by_item.setdefault(item, []).append(nogood)
+
+    def doomed(self, row: Mapping[str, Any]) -> bool:
+        """The row holds a known nogood."""
+        items = set(_items(row))
+        return any(nogood <= items for item in items for nogood in self._nogoods_by_item.get(item, ()))
 
     def next_axis(self, row: Mapping[str, Any], order: list[Axis]) -> Axis:
         """The preset first; then, for an excluded row, an axis that could undo the exclusion."""
@@ -144,6 +168,8 @@ class Space:
                 yield {a.name: row[a.name] for a in self.axes}
             return
         if FACTS_AXIS in row:
+            if self.doomed(row):
+                return
             groups = self.exclusions(row)
             if groups and self.settled(row, groups):
                 return
@@ -169,8 +195,12 @@ class Space:
         return found
 
 
+def _items(row: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return [(k, describe_value(v)) for k, v in row.items()]
+
+
 def _key(row: Mapping[str, Any]) -> tuple:
-    return tuple(sorted((k, describe_value(v)) for k, v in row.items()))
+    return tuple(sorted(_items(row)))
 
 
 def _tuples(axes: list[Axis], t: int) -> Iterable[Tuple]:
@@ -227,11 +257,15 @@ def covering_rows(space: Space, t: int, seed: int, max_rows: int | None,
             scored.append((-gain, rng.random(), value))
         return [value for *_, value in sorted(scored, key=lambda s: s[:2])]
 
+    learned = 0
     while uncovered and (max_rows is None or len(rows) < max_rows):
         start = min(uncovered, key=order.__getitem__)
         axis_order = list(space.axes)
         rng.shuffle(axis_order)
         row = next(space.completions(dict(start), axis_order, rank), None)
+        for nogood in space.nogoods[learned:]:  # tuples holding a nogood are illegal: stop chasing them
+            uncovered -= {tp for tp in uncovered if nogood <= set(_items(dict(tp)))}
+        learned = len(space.nogoods)
         if row is None:
             uncovered.discard(start)  # no legal row holds it: illegal
             continue
