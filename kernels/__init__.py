@@ -1,8 +1,9 @@
 """Triton kernels the resolved configuration can select, each beside the torch reference it must match.
 
-The LLM engine calls these functions with ``impl="triton"`` when the resolved attention backend is
-``triton`` and with ``impl="torch"`` when it is ``torch_native``, passing the resolved
-triton_attention_* flags (num_kv_splits, tile_size, reduce_in_fp32) to decode attention.
+The LLM engine calls these functions with ``impl="triton"`` for a phase whose resolved backend
+(prefill_attention_backend, decode_attention_backend) is ``triton`` and with ``impl="torch"`` for
+``torch_native``, passing the resolved triton_attention_* flags (num_kv_splits, tile_size,
+reduce_in_fp32) to decode attention.
 
 Modules (each kernel module keeps its Triton kernel, its plain-torch reference and a note on how the
 two differ side by side, Triton-tutorial style):

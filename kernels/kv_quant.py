@@ -38,6 +38,7 @@ BF16_KV = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
 """kv_cache_dtype flag values that store bf16 whatever the model dtype."""
 
 REQUIREMENTS = {
+    "phases": ("prefill", "decode"),
     "platforms": ("cuda", "rocm", "cpu"),
     "kv_cache_dtypes": ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2"),
     "min_cuda_sm": {"fp8_e4m3": 89, "fp8_e5m2": 80},

@@ -24,6 +24,7 @@ import triton.language as tl
 from kernels.launch import check_impl, require_launchable
 
 REQUIREMENTS = {
+    "phases": ("prefill", "decode"),
     "platforms": ("cuda", "rocm", "cpu"),
 }
 """What this kernel needs, mirrored by rules/llm/kernels.yaml (keys as in kernels.attention.decode)."""

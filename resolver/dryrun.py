@@ -291,7 +291,7 @@ def selected_flags(plan: Plan, only: list[str] | None) -> list[str]:
             hint = difflib.get_close_matches(name, list(plan.catalog.flags), n=1)
             raise UsageError(f"--flag {raw}: no such {plan.catalog.system} flag"
                              + (f"; did you mean {hint[0]}?" if hint else ".")
-                             + f" The dry run covers {', '.join(names)}.")
+                             + " Without --flag the dry run lists every backend-like flag.")
         if not values_of(plan, name):
             raise UsageError(f"--flag {raw}: {name} takes open-ended values, so there is no list of "
                              f"legal ones to show; pick a choice flag such as {names[0]}.")

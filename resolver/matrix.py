@@ -36,8 +36,9 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from resolver.api import ConflictError, plan_for, resolve
 from resolver.catalog import SYSTEMS
-from resolver.dryrun import Pinning
-from resolver.errors import UsageError
+from resolver.dryrun import Pinning, mentioned_values
+from resolver.errors import EXIT_CONFLICT, AccordError, UsageError
+from resolver.flagvalues import BadValue, convert_text, usage_error
 from resolver.report import describe_value, flag_arg
 from resolver.rules import Rule
 
@@ -65,9 +66,6 @@ class Matrix:
     def coverage(self) -> dict[str, Any]:
         return {"legal": self.legal_tuples, "covered": self.covered_tuples,
                 "percent": round(100.0 * self.covered_tuples / self.legal_tuples, 1) if self.legal_tuples else 100.0}
-
-
-Tuple = tuple  # ((axis name, value), ...) in axis order
 
 
 class Space:
@@ -178,13 +176,13 @@ class Space:
         for value in values:
             yield from self.completions({**row, axis.name: value}, order, rank)
 
-    def completable(self, tp: Tuple) -> bool:
+    def completable(self, tp: tuple) -> bool:
         """Some legal row contains this combination."""
         if tp not in self._completable:
             self._completable[tp] = next(self.completions(dict(tp), self.axes), None) is not None
         return self._completable[tp]
 
-    def excluding_rules(self, tp: Tuple) -> list[str]:
+    def excluding_rules(self, tp: tuple) -> list[str]:
         """The rules that exclude a combination as pinned, on every preset it could run on."""
         row = dict(tp)
         presets = [row[FACTS_AXIS]] if FACTS_AXIS in row else list(self.presets)
@@ -203,13 +201,14 @@ def _key(row: Mapping[str, Any]) -> tuple:
     return tuple(sorted(_items(row)))
 
 
-def _tuples(axes: list[Axis], t: int) -> Iterable[Tuple]:
+def _tuples(axes: list[Axis], t: int) -> Iterable[tuple]:
+    """Every combination of t axis values: ((axis name, value), ...) in axis order."""
     for group in itertools.combinations(axes, t):
         for values in itertools.product(*(a.values for a in group)):
             yield tuple(zip((a.name for a in group), values))
 
 
-def _tuples_of(row: Mapping[str, Any], t: int, axes: list[Axis], must: str | None = None) -> Iterator[Tuple]:
+def _tuples_of(row: Mapping[str, Any], t: int, axes: list[Axis], must: str | None = None) -> Iterator[tuple]:
     """The t-tuples a (partial) row covers, in the same axis order as `_tuples`."""
     names = [a.name for a in axes if a.name in row]
     for group in itertools.combinations(names, t):
@@ -218,9 +217,10 @@ def _tuples_of(row: Mapping[str, Any], t: int, axes: list[Axis], must: str | Non
 
 
 def _verify(space: Space, row: dict[str, Any]) -> dict[str, Any]:
-    """Resolve the row for real; returns the row with its launch arguments and config hash."""
+    """Resolve the row for real; returns the row with its launch arguments (fixed flags included)
+    and the first 16 hex digits of its config hash."""
     config = resolve(space.system, space.user(row), space.presets[row[FACTS_AXIS]])
-    args = " ".join(flag_arg(space.plan.catalog, k, v) for k, v in row.items() if k != FACTS_AXIS)
+    args = " ".join(flag_arg(space.plan.catalog, k, v) for k, v in space.user(row).items())
     return {**row, "args": args, "hash": config.hash[:16]}
 
 
@@ -245,6 +245,7 @@ def covering_rows(space: Space, t: int, seed: int, max_rows: int | None,
     rng = random.Random(seed)
     every = list(_tuples(space.axes, t))
     order = {tp: i for i, tp in enumerate(every)}
+    items = {tp: frozenset(_items(dict(tp))) for tp in every}
     uncovered = set(every)
     legal: set = set()
     rows: list[dict[str, Any]] = []
@@ -264,7 +265,7 @@ def covering_rows(space: Space, t: int, seed: int, max_rows: int | None,
         rng.shuffle(axis_order)
         row = next(space.completions(dict(start), axis_order, rank), None)
         for nogood in space.nogoods[learned:]:  # tuples holding a nogood are illegal: stop chasing them
-            uncovered -= {tp for tp in uncovered if nogood <= set(_items(dict(tp)))}
+            uncovered -= {tp for tp in uncovered if nogood <= items[tp]}
         learned = len(space.nogoods)
         if row is None:
             uncovered.discard(start)  # no legal row holds it: illegal
@@ -278,14 +279,14 @@ def covering_rows(space: Space, t: int, seed: int, max_rows: int | None,
     return rows, legal, covered
 
 
-def minimal_illegal(space: Space, t: int, rows: list[dict[str, Any]], complete: bool) -> list[Tuple]:
+def minimal_illegal(space: Space, t: int, rows: list[dict[str, Any]], complete: bool) -> list[tuple]:
     """Combinations of up to t values that no legal row holds and that hold no smaller such one.
 
     With full coverage every legal combination of up to t values appears in some row, so absence
     from the rows proves illegality; otherwise each absent one is searched for.
     """
     present = {tp for row in rows for size in range(1, t + 1) for tp in _tuples_of(row, size, space.axes)}
-    found: list[Tuple] = []
+    found: list[tuple] = []
     known: set[frozenset] = set()
     for size in range(1, t + 1):
         for tp in _tuples(space.axes, size):
@@ -353,83 +354,139 @@ def summary(matrix: Matrix) -> str:
 
 # -- command line -------------------------------------------------------------------------
 
+class EmptyMatrix(AccordError):
+    """No row is legal: exit 3, naming the combinations that rule everything out."""
+
+    exit_code = EXIT_CONFLICT
+    SHOWN = 5
+
+    def __init__(self, matrix: Matrix):
+        reasons = [", ".join(f"{k}={describe_value(v)}" for k, v in item["values"].items())
+                   + f" ({', '.join(item['rules']) or 'no listed value of the other axes completes it'})"
+                   for item in matrix.illegal]
+        more = f"; and {len(reasons) - self.SHOWN} more" if len(reasons) > self.SHOWN else ""
+        super().__init__("no legal row: every combination of the axes is excluded, for example "
+                         + "; ".join(reasons[:self.SHOWN]) + more
+                         + ". Check the fixed flags with `accord resolve`, or widen --facts / --values.")
+
+
 def parse_axes(system: str, axes_text: str, values: list[str]) -> list[Axis]:
+    """`--axes a,b` (flag names or spellings) with `--values a=v1,v2` overriding an axis' values.
+
+    An axis without explicit values takes its catalog choices or, for an open string flag, the
+    values the rules name (as the dry run does).
+    """
     plan = plan_for(system)
     explicit: dict[str, list[str]] = {}
     for item in values:
         name, sep, rest = item.partition("=")
-        if not sep:
+        if not sep or not rest:
             raise UsageError(f"--values {item!r}: write FLAG=v1,v2,... (e.g. --values tp_size=1,2,4,8).")
-        explicit[name.lstrip("-").replace("-", "_")] = rest.split(",")
-    axes = []
-    for raw in [a for a in axes_text.split(",") if a]:
-        name = raw.lstrip("-").replace("-", "_")
-        if name not in plan.catalog:
-            import difflib
-            hint = difflib.get_close_matches(name, plan.catalog.flags, n=1)
-            raise UsageError(f"--axes names unknown {system} flag {raw!r}"
-                             + (f"; did you mean {hint[0]}?" if hint else "."))
+        explicit[_flag_name(plan, name, "--values")] = rest.split(",")
+    axes: list[Axis] = []
+    for raw in [a for a in axes_text.split(",") if a.strip()]:
+        name = _flag_name(plan, raw.strip(), "--axes")
         flag = plan.catalog[name]
         if name in explicit:
-            axis_values = [_typed(flag, v) for v in explicit[name]]
+            axis_values = [_typed(flag, v) for v in explicit.pop(name)]
         elif flag.finite_domain is not None:
             axis_values = [v for v in flag.finite_domain if v is not None]
         else:
-            raise UsageError(f"axis {name} ({flag.type}) has no finite set of values; give them with "
-                             f"--values {name}=v1,v2,...")
-        axes.append(Axis(name, tuple(axis_values)))
+            axis_values = sorted(mentioned_values(plan, name), key=str)
+        if not axis_values:
+            raise UsageError(f"--axes {raw}: {name} ({flag.type}) has no finite set of values; list the "
+                             f"ones to try with --values {name}=v1,v2,...")
+        if name in [a.name for a in axes]:
+            raise UsageError(f"--axes names {name} twice; list each flag once.")
+        axes.append(Axis(name, tuple(dict.fromkeys(axis_values))))
+    if explicit:
+        raise UsageError(f"--values gives values for {', '.join(sorted(explicit))}, which --axes does not "
+                         "list; add it to --axes or drop the --values.")
     if not axes:
         raise UsageError("--axes needs at least one flag, e.g. --axes attention_backend,kv_cache_dtype.")
     return axes
 
 
+def _flag_name(plan, raw: str, option: str) -> str:
+    """A flag name from a name or an option spelling (`kv-cache-dtype`, `--kv-cache-dtype`)."""
+    name = raw.strip().lstrip("-").replace("-", "_")
+    if name in plan.catalog:
+        return name
+    hint = difflib.get_close_matches(name, list(plan.catalog.flags), n=1)
+    raise UsageError(f"{option} names unknown {plan.catalog.system} flag {raw!r}"
+                     + (f"; did you mean {hint[0]}?" if hint else f"; see `accord flags --system {plan.catalog.system}`."))
+
+
 def _typed(flag, text: str) -> Any:
+    """A `--values` word as the flag's type, checked the way the launch parser checks it."""
     try:
-        if flag.type == "int":
-            return int(text)
-        if flag.type == "float":
-            return float(text)
-        if flag.type == "bool":
-            return {"true": True, "false": False}[text.lower()]
-    except (ValueError, KeyError):
-        raise UsageError(f"--values: {text!r} is not a valid {flag.type} for {flag.name}.") from None
-    if flag.choices and text not in [str(c) for c in flag.choices] and not flag.extensible:
-        raise UsageError(f"--values: {text!r} is not one of {flag.name}'s values {list(flag.choices)}.")
-    return text
+        value, _ = convert_text(flag, text)
+    except BadValue as err:
+        raise usage_error(flag.primary, text, err, prefix="--values: ") from None
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad options become one UsageError paragraph (exit 2), like every other Accord error."""
+
+    def error(self, message: str):
+        usage = " ".join(self.format_usage().split()).removeprefix("usage: ")
+        raise UsageError(f"{message}. Usage: {usage}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="accord matrix", allow_abbrev=False,
+                     description="Generate a CI matrix of legal configurations.",
+                     epilog="Launch flags after --fix are fixed in every row, e.g. --fix --tp 8 --enable-dp-attention.")
+    parser.add_argument("--system", choices=SYSTEMS, default="llm")
+    parser.add_argument("--facts", required=True, metavar="PRESET,...",
+                        help="comma-separated presets or facts files, one matrix column: h100,b200,...")
+    parser.add_argument("--axes", required=True, metavar="FLAG,...", help="comma-separated flags to vary")
+    parser.add_argument("--values", action="append", default=[], metavar="FLAG=v1,v2",
+                        help="the values of one axis (repeatable); needed for flags without a finite domain")
+    parser.add_argument("--strategy", choices=list(STRATEGIES), default="pairwise")
+    parser.add_argument("--max-rows", type=_positive, metavar="N")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--format", choices=("github", "json", "yaml", "csv"), default="json")
+    return parser
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def _split_fix(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The matrix's own options, and the launch flags after `--fix` (one quoted string also works)."""
+    if "--fix" not in argv:
+        return argv, []
+    at = argv.index("--fix")
+    fixed = argv[at + 1:]
+    if len(fixed) == 1 and " " in fixed[0].strip():
+        fixed = shlex.split(fixed[0])
+    return argv[:at], fixed
 
 
 def main(argv: list[str]) -> int:
     from resolver.facts import load_facts
     from resolver.flagparse import parse_flags
 
-    parser = argparse.ArgumentParser(prog="accord matrix", allow_abbrev=False,
-                                     description="Generate a CI matrix of legal configurations.")
-    parser.add_argument("--system", choices=SYSTEMS, default="llm")
-    parser.add_argument("--facts", required=True, help="comma-separated presets or files: h100,b200,...")
-    parser.add_argument("--axes", required=True, help="comma-separated flags to vary")
-    parser.add_argument("--values", action="append", default=[], metavar="FLAG=v1,v2",
-                        help="values of an axis without a finite domain (repeatable)")
-    parser.add_argument("--fix", default="", metavar="'FLAGS'", help="launch flags fixed in every row")
-    parser.add_argument("--strategy", choices=list(STRATEGIES), default="pairwise")
-    parser.add_argument("--max-rows", type=int)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--format", choices=("github", "json", "yaml", "csv"), default="json")
-    try:
-        opts = parser.parse_args(argv)
-    except SystemExit as exit_:
-        if exit_.code:
-            raise UsageError("bad `accord matrix` arguments (see above); "
-                             "e.g. accord matrix --facts h100,b200 --axes attention_backend") from None
-        return 0
-    _, fixed = parse_flags(shlex.split(opts.fix), system=opts.system)
-    presets = {p: load_facts(p, system=opts.system) for p in opts.facts.split(",") if p}
+    own, fix_words = _split_fix(list(argv))
+    opts = _parser().parse_args(own)
+    _, fixed = parse_flags(fix_words, system=opts.system, prog="accord matrix --fix")
+    presets = {p: load_facts(p, system=opts.system) for p in dict.fromkeys(opts.facts.split(",")) if p}
+    if not presets:
+        raise UsageError("--facts needs at least one preset or facts file, e.g. --facts h100,b200.")
     axes = parse_axes(opts.system, opts.axes, opts.values)
-    try:
-        matrix = generate(opts.system, presets, axes, fixed.values, opts.strategy, opts.max_rows, opts.seed)
-    except ConflictError as err:
-        raise UsageError(f"a generated row failed to resolve: {err}") from None
+    plan = plan_for(opts.system)
+    if not any(plan.satisfiable(fixed.values, facts) for facts in presets.values()):
+        resolve(opts.system, fixed.values, next(iter(presets.values())))  # raises: the --fix flags conflict
+    matrix = generate(opts.system, presets, axes, fixed.values, opts.strategy, opts.max_rows, opts.seed)
+    if not matrix.rows:
+        raise EmptyMatrix(matrix)
     print(render(matrix, opts.format))
-    import sys
     note = summary(matrix)
     if opts.format == "github" and len(matrix.rows) > GITHUB_MAX_JOBS:
         note += f"; split into {-(-len(matrix.rows) // GITHUB_MAX_JOBS)} shards of <= {GITHUB_MAX_JOBS} jobs"

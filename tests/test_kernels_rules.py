@@ -34,6 +34,7 @@ CATALOG = {flag["name"]: flag for path in sorted((ROOT / "rules/llm/flags").glob
            for flag in yaml.safe_load(path.read_text())["flags"]}
 KERNEL_MODULES = [decode, extend, kv_quant, rmsnorm]
 BACKENDS_WITH_KERNELS = ("triton", "torch_native")
+"""Phase backends that run these kernels (triton) or their torch references (torch_native)."""
 FACTS_USED = {"platform", "gpu.sm", "model.head_dim"}
 
 
@@ -125,25 +126,24 @@ def rules_allow(flags: dict, facts: dict, rules: list = RULES) -> bool:
 
 def kernels_allow(flags: dict, facts: dict) -> bool:
     """The same verdict, from the kernel modules' REQUIREMENTS alone."""
-    backend = flags["attention_backend"]
-    if backend not in BACKENDS_WITH_KERNELS:
-        return True
-    needs = [module.REQUIREMENTS for module in KERNEL_MODULES]
     kv = flags["kv_cache_dtype"]
-    if any("kv_cache_dtypes" in need and kv not in need["kv_cache_dtypes"] for need in needs):
-        return False            # a dtype neither the kernels nor their references store
-    if backend == "torch_native":
-        return True
-    if any(facts["platform"] not in need["platforms"] for need in needs):
-        return False
-    if facts["platform"] == "cuda" and any(facts["gpu.sm"] < need.get("min_cuda_sm", {}).get(kv, 0)
-                                           for need in needs):
-        return False
-    head_dim = facts.get("model.head_dim")
-    if head_dim is not None and any(head_dim > need.get("max_head_dim", head_dim) for need in needs):
-        return False
-    return all(flags[flag] is None or flags[flag] >= lowest
-               for need in needs for flag, lowest in need.get("flag_minimums", {}).items())
+    for need in (module.REQUIREMENTS for module in KERNEL_MODULES):
+        backends = {flags[f"{phase}_attention_backend"] for phase in need["phases"]}
+        if backends & set(BACKENDS_WITH_KERNELS) and kv not in need.get("kv_cache_dtypes", (kv,)):
+            return False        # a dtype neither the kernel nor its reference stores
+        if "triton" not in backends:
+            continue
+        if facts["platform"] not in need["platforms"]:
+            return False
+        if facts["platform"] == "cuda" and facts["gpu.sm"] < need.get("min_cuda_sm", {}).get(kv, 0):
+            return False
+        head_dim = facts.get("model.head_dim")
+        if head_dim is not None and head_dim > need.get("max_head_dim", head_dim):
+            return False
+        if any(flags[flag] is not None and flags[flag] < lowest
+               for flag, lowest in need.get("flag_minimums", {}).items()):
+            return False
+    return True
 
 
 def grid():
@@ -151,11 +151,12 @@ def grid():
     machines = [{"platform": "cuda", "gpu.sm": sm} for sm in (70, 75, 80, 86, 89, 90, 100, 120)]
     machines += [{"platform": p, "gpu.sm": None} for p in ("rocm", "cpu", "xpu", "npu", "mps")]
     models = [{}, {"model.head_dim": 128}, {"model.head_dim": 256}, {"model.head_dim": 512}]
-    for machine, model, backend, kv, splits, tile in itertools.product(
-            machines, models, ["triton", "torch_native", "flashinfer"], CATALOG["kv_cache_dtype"]["choices"],
-            [0, 1, 8], [None, 0, 64]):
-        flags = {"attention_backend": backend, "kv_cache_dtype": kv, "triton_attention_num_kv_splits": splits,
-                 "triton_attention_split_tile_size": tile, "triton_attention_reduce_in_fp32": False}
+    backends = ["triton", "torch_native", "flashinfer"]
+    for machine, model, prefill, decode_backend, kv, splits, tile in itertools.product(
+            machines, models, backends, backends, CATALOG["kv_cache_dtype"]["choices"], [0, 8], [None, 0]):
+        flags = {"prefill_attention_backend": prefill, "decode_attention_backend": decode_backend,
+                 "kv_cache_dtype": kv, "triton_attention_num_kv_splits": splits,
+                 "triton_attention_split_tile_size": tile}
         yield flags, {**machine, **model}
 
 
@@ -174,24 +175,26 @@ def test_the_grid_reaches_both_verdicts_for_every_hard_rule():
             f"{rule['id']} never decides a point on its own"
 
 
-def test_cpu_interpreter_warning_fires_exactly_for_triton_on_cpu():
+def test_cpu_interpreter_warning_fires_exactly_when_a_phase_runs_triton_on_cpu():
     assert all("cpu" in module.REQUIREMENTS["platforms"] for module in KERNEL_MODULES)  # "cpu": interpreted
     rule = next(r for r in RULES if r["id"] == "kern.triton.cpu_interpreter")
-    for platform, backend in itertools.product(("cuda", "rocm", "cpu"), ("triton", "torch_native")):
-        fires = evaluate(rule["when"], {"attention_backend": backend}, {"platform": platform})
-        assert fires == (backend == "triton" and platform == "cpu")
+    for platform, prefill, decode_backend in itertools.product(("cuda", "rocm", "cpu"), ("triton", "fa3"),
+                                                              ("triton", "torch_native")):
+        flags = {"prefill_attention_backend": prefill, "decode_attention_backend": decode_backend}
+        fires = evaluate(rule["when"], flags, {"platform": platform})
+        assert fires == ("triton" in (prefill, decode_backend) and platform == "cpu")
 
 
-@pytest.mark.parametrize("backend, user_set, reduce_in_fp32, fires", [
-    ("triton", {"triton_attention_num_kv_splits"}, True, False),
-    ("torch_native", set(), False, False),
-    ("torch_native", set(), True, True),
-    ("flashinfer", {"triton_attention_num_kv_splits"}, False, True),
+@pytest.mark.parametrize("decode_backend, user_set, tile_size, fires", [
+    ("triton", {"triton_attention_num_kv_splits"}, 64, False),
+    ("torch_native", set(), None, False),
+    ("torch_native", set(), 64, True),
+    ("flashinfer", {"triton_attention_num_kv_splits"}, None, True),
 ])
-def test_triton_only_flags_warn_when_another_backend_ignores_them(backend, user_set, reduce_in_fp32, fires):
-    rule = next(r for r in RULES if r["id"] == "kern.decode.flags_need_triton")
-    flags = {"attention_backend": backend, "triton_attention_reduce_in_fp32": reduce_in_fp32,
-             "triton_attention_split_tile_size": None, "triton_attention_num_kv_splits": 8}
+def test_split_flags_warn_when_decode_ignores_them(decode_backend, user_set, tile_size, fires):
+    rule = next(r for r in RULES if r["id"] == "kern.decode.split_flags_need_triton")
+    flags = {"decode_attention_backend": decode_backend, "triton_attention_split_tile_size": tile_size,
+             "triton_attention_num_kv_splits": 8}
     assert evaluate(rule["when"], flags, {}, frozenset(user_set)) == fires
 
 
@@ -214,5 +217,5 @@ def test_every_module_with_triton_kernels_declares_requirements():
         if any(type(obj).__name__ in ("JITFunction", "InterpretedFunction") and obj.__module__ == info.name
                for obj in vars(module).values()):
             with_kernels.add(module)
-            assert {"platforms"} <= set(module.REQUIREMENTS), info.name
+            assert {"phases", "platforms"} <= set(module.REQUIREMENTS), info.name
     assert with_kernels == set(KERNEL_MODULES)

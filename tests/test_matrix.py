@@ -90,3 +90,49 @@ def test_matrix_params_gives_pytest_params(plan, monkeypatch):
     params = matrix_params("llm", ["h100", "cpu"], ["attention_backend"])
     assert {p.id for p in params} >= {"h100-fa3", "cpu-torch_native"}
     assert all(p.values[0]["args"].startswith("--attention-backend") for p in params)
+
+
+def test_a_pair_legal_only_with_a_third_value_is_still_covered(tmp_path, monkeypatch):
+    # Legality is not monotone: a_backend=x alone is illegal on B200 (the derived d_backend follows
+    # it onto a Hopper-only kernel), but with kv_dtype=fp the derived backend changes and x is legal.
+    import yaml
+
+    from resolver.catalog import load_catalog
+    from resolver.rules import load_rules
+    from resolver.solve import Plan
+
+    flags = [{"name": "a_backend", "flags": ["--a-backend"], "type": "enum", "choices": ["w", "x"], "default": "w"},
+             {"name": "kv_dtype", "flags": ["--kv-dtype"], "type": "enum", "choices": ["auto", "fp"], "default": "auto"},
+             {"name": "d_backend", "flags": ["--d-backend"], "type": "str", "nullable": True, "default": None}]
+    rules = [{"id": "d.follows", "kind": "default", "flag": "d_backend", "reason": "r",
+              "value": "'other' if kv_dtype == 'fp' else a_backend"},
+             {"id": "d.x.hopper", "kind": "require", "when": "d_backend == 'x'", "require": "gpu.sm == 90",
+              "reason": "x kernels are Hopper-only."}]
+    (tmp_path / "llm").mkdir()
+    (tmp_path / "llm" / "flags.yaml").write_text(yaml.safe_dump({"group": "t", "flags": flags}))
+    (tmp_path / "llm" / "t.yaml").write_text(yaml.safe_dump({"area": "t", "rules": rules}, sort_keys=False))
+    plan = Plan(load_catalog("llm", tmp_path), load_rules("llm", tmp_path))
+    monkeypatch.setattr(api, "plan_for", lambda system: plan)
+    monkeypatch.setattr("resolver.matrix.plan_for", lambda system: plan)
+    axes = [Axis("a_backend", ("w", "x")), Axis("kv_dtype", ("auto", "fp"))]
+    matrix = generate("llm", {"b200": B200}, axes, {}, "pairwise")
+    rows = {(r["a_backend"], r["kv_dtype"]) for r in matrix.rows}
+    assert ("x", "fp") in rows and ("x", "auto") not in rows
+    assert matrix.coverage()["percent"] == 100.0
+    assert matrix.illegal == [{"values": {"a_backend": "x", "kv_dtype": "auto"}, "rules": ["d.x.hopper"]}]
+
+
+def test_max_rows_coverage_counts_what_is_left_out(plan):
+    full = generate("llm", PRESETS, AXES, {}, "pairwise", seed=2)
+    cut = generate("llm", PRESETS, AXES, {}, "pairwise", seed=2, max_rows=3)
+    assert len(cut.rows) == 3 and cut.legal_tuples == full.legal_tuples
+    assert cut.covered_tuples < cut.legal_tuples
+
+
+def test_unconstrained_baseline_covers_every_pair(plan):
+    from resolver.matrix import FACTS_AXIS, Space, covering_rows
+
+    axes = [Axis(FACTS_AXIS, tuple(PRESETS))] + AXES
+    rows, legal, covered = covering_rows(Space("llm", PRESETS, axes, {}), 2, 0, None, respect_rules=False)
+    every = {((a.name, x), (b.name, y)) for a, b in itertools.combinations(axes, 2) for x in a.values for y in b.values}
+    assert legal == covered == every and all("hash" not in row for row in rows)

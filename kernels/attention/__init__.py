@@ -1,8 +1,8 @@
 """Attention over the paged KV cache: the two entry points the LLM engine calls.
 
-``impl="triton"`` runs the Triton kernels (attention_backend ``triton``); ``impl="torch"`` runs the
-torch references beside them (attention_backend ``torch_native``). Both take the same arguments
-and return the same shapes; the cache layout is documented in :mod:`kernels.paged_kv`.
+``impl="triton"`` runs the Triton kernels (a phase resolved to ``triton``); ``impl="torch"`` runs
+the torch references beside them (``torch_native``). Both take the same arguments and return the
+same shapes; the cache layout is documented in :mod:`kernels.paged_kv`.
 
 - :func:`decode_attention`: one new query token per sequence (split-KV flash decoding).
 - :func:`extend_attention`: a block of new tokens per sequence, causal, after a cached prefix.

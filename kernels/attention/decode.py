@@ -54,15 +54,17 @@ LAUNCH_CONFIG = {"BLOCK_N": 64, "num_warps": 4}
 8:1) this keeps everything in about 80 registers with no spills; BLOCK_N 128 doubles that."""
 
 REQUIREMENTS = {
+    "phases": ("decode",),
     "platforms": ("cuda", "rocm", "cpu"),
     "kv_cache_dtypes": ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2"),
     "min_cuda_sm": {"fp8_e4m3": 89},
     "max_head_dim": 256,
     "flag_minimums": {"triton_attention_num_kv_splits": 1, "triton_attention_split_tile_size": 1},
 }
-"""What this kernel needs, mirrored by rules/llm/kernels.yaml: platforms the Triton kernel runs on
-("cpu": under the interpreter), kv_cache_dtype values kernel and reference both handle, the CUDA
-capability a KV dtype needs, the widest head, and the smallest legal value of its flags."""
+"""What this kernel needs, mirrored by rules/llm/kernels.yaml: the attention phases whose resolved
+backend (triton, or torch_native for the reference) runs it, the platforms the Triton kernel runs
+on ("cpu": under the interpreter), the kv_cache_dtype values kernel and reference both handle, the
+CUDA capability a KV dtype needs, the widest head, and the smallest legal value of its flags."""
 
 
 @triton.jit

@@ -41,6 +41,7 @@ from kernels.launch import dot_dtype, dot_precision
 from kernels.paged_kv import gather_tokens
 
 REQUIREMENTS = {
+    "phases": ("prefill",),
     "platforms": ("cuda", "rocm", "cpu"),
     "kv_cache_dtypes": ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2"),
     "min_cuda_sm": {"fp8_e4m3": 89},

@@ -12,26 +12,13 @@ import json
 from typing import Any, Mapping
 
 from resolver.catalog import SYSTEMS
-from resolver.errors import UsageError
-from resolver.facts import list_presets, load_facts
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports bad options as a UsageError (one paragraph, exit 2) like every
-    other Accord error, instead of printing usage and exiting on its own."""
-
-    def error(self, message: str):
-        usage = " ".join(self.format_usage().split()).removeprefix("usage: ")
-        raise UsageError(f"{message}. Usage: {usage}")
+from resolver.commands.options import CommandParser, add_fact_options
+from resolver.facts import load_facts
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="accord probe", description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument("--facts", default="probe", metavar="PRESET|FILE|probe",
-                        help=f"where machine facts come from: a preset ({', '.join(list_presets())}), "
-                             "a YAML/JSON facts file, or probe (this machine, the default)")
-    parser.add_argument("--fact", action="append", default=[], metavar="KEY=VALUE",
-                        help="set one fact, e.g. --fact gpu.sm=100 or --fact cuda=none (repeatable)")
+    parser = CommandParser(prog="accord probe", description=__doc__.splitlines()[0])
+    add_fact_options(parser)
     parser.add_argument("--model-path", metavar="DIR",
                         help="local model folder to read model.* facts from (default: the built-in model)")
     parser.add_argument("--system", choices=SYSTEMS, default="llm",

@@ -11,19 +11,12 @@ import json
 import sys
 
 from resolver.api import ConflictError, resolve
+from resolver.commands.options import add_fact_options
 from resolver.errors import EXIT_CONFLICT
 from resolver.facts import load_facts
 from resolver.flagparse import ParsedFlags, parse_flags
 from resolver.frozen import ResolvedConfig
 from resolver.report import value_table
-
-
-def add_fact_options(parser: argparse.ArgumentParser) -> None:
-    """Options every command that resolves shares: where the facts come from."""
-    parser.add_argument("--facts", default="probe", metavar="PRESET|FILE|probe",
-                        help="machine facts: a preset (h100, b200, cpu, ...), a YAML/JSON file, or probe")
-    parser.add_argument("--fact", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one fact, e.g. --fact gpu.sm=100 (repeatable)")
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:

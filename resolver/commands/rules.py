@@ -7,13 +7,13 @@
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 
 import yaml
 
 from resolver.catalog import RULES_DIR, SYSTEMS, load_catalog
+from resolver.commands.options import CommandParser
 from resolver.errors import UsageError
 from resolver.rules import load_rules
 
@@ -35,6 +35,9 @@ def coverage(system: str) -> dict:
         # Aliases, deprecated spellings, types and choices are encoded by the catalog itself.
         for entry in doc.get("in_catalog") or ():
             encoded[entry["seed"]].append(f"catalog:{entry['flag']}")
+        # Parsing, config files, idempotence and the frozen result are the resolver's own job.
+        for entry in doc.get("in_resolver") or ():
+            encoded[entry["seed"]].append("resolver")
         not_encoded = {e["seed"]: e["why"] for e in doc.get("not_encoded") or () if e["seed"] not in encoded}
     total = len(encoded) + len(not_encoded)
     return {
@@ -86,21 +89,14 @@ def run_lint(systems: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="accord rules", allow_abbrev=False,
-                                     description="Lint, count or export the rule set.")
+    parser = CommandParser(prog="accord rules", description="Lint, count or export the rule set.")
     parser.add_argument("--system", choices=SYSTEMS)
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--lint", action="store_true", help="check the rules; exit 1 on problems")
     action.add_argument("--stats", action="store_true", help="counts and seed-rule coverage")
     action.add_argument("--graph", choices=("dot", "json"), help="export the rule graph")
     parser.add_argument("--json", action="store_true", help="with --stats: JSON output")
-    try:
-        opts = parser.parse_args(argv)
-    except SystemExit as exit_:
-        if exit_.code:
-            raise UsageError("bad `accord rules` arguments (see the message above); "
-                             "use --lint, --stats or --graph dot|json.") from None
-        return 0
+    opts = parser.parse_args(argv)
     systems = _systems(opts.system)
     if opts.lint:
         return run_lint(systems)
@@ -111,6 +107,10 @@ def main(argv: list[str]) -> int:
         else:
             for item in data:
                 _print_stats(item)
+            if len(data) > 1:
+                encoded = sum(len(d["seed_coverage"]["encoded"]) for d in data)
+                total = sum(d["seed_coverage"]["total"] for d in data)
+                print(f"all systems: {encoded} of {total} seed rules encoded ({100.0 * encoded / total:.1f}%)")
         return 0
     from resolver.graph import build_graph, export
 

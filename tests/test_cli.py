@@ -1,0 +1,168 @@
+"""The `accord` command line end to end: exit codes 0/2/3, one-paragraph errors, the JSON contract.
+
+Most cases run `resolver.cli.main` in-process on the toy rules (stable rule ids, fast); a few run
+on the real rule set (only properties that hold whatever its rules say) and two as real processes.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from resolver import api
+from resolver.cli import main
+from tests.toy import B200, CPU, H100, toy_plan
+
+TOY_FACTS = {"h100": H100, "b200": B200, "cpu": CPU}
+CONFLICT_KEYS = {"flags", "rules", "facts", "message", "fixes"}
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    """The toy rules and toy presets behind every command."""
+    plan = toy_plan(tmp_path)
+    for target in ("resolver.api.plan_for", "resolver.dryrun.plan_for", "resolver.matrix.plan_for",
+                   "resolver.commands.why.plan_for"):
+        monkeypatch.setattr(target, lambda system: plan)
+
+    def facts(spec="probe", overrides=(), model_path=None, system="llm"):
+        return TOY_FACTS[spec]
+    monkeypatch.setattr("resolver.commands.resolve.load_facts", facts)
+    monkeypatch.setattr("resolver.facts.load_facts", facts)
+    return plan
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_paragraph(err: str, command: str) -> None:
+    assert err.startswith(f"accord {command}: ")
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+# -- exit codes -------------------------------------------------------------------------------------
+
+def test_resolve_exit_codes(toy, capsys):
+    assert run(capsys, "resolve", "--facts", "b200", "--tp-size", "8")[0] == 0
+    assert run(capsys, "resolve", "--facts", "b200", "--tp-sise", "8")[0] == 2
+    code, out, err = run(capsys, "resolve", "--facts", "b200", "--attention-backend", "fa3")
+    assert code == 3 and out == "" and "rule      attn.fa3.hopper" in err and "\033" not in err
+
+
+def test_why_exit_codes(toy, capsys):
+    code, out, _ = run(capsys, "why", "attention_backend", "--facts", "b200")
+    assert code == 0 and out.startswith("attention_backend = flashinfer   (rule attn.backend.order)")
+    code, _, err = run(capsys, "why", "attention_backnd", "--facts", "b200")
+    assert code == 2 and "did you mean attention_backend" in err
+    assert run(capsys, "why", "attention_backend", "--facts", "b200", "--attention-backend", "fa3")[0] == 3
+
+
+def test_matrix_exit_codes(toy, capsys):
+    code, out, err = run(capsys, "matrix", "--facts", "h100,b200", "--axes", "attention_backend",
+                         "--format", "github")
+    assert code == 0 and {"facts", "attention_backend", "args", "hash"} <= set(json.loads(out)["include"][0])
+    assert "pairwise coverage" in err
+    code, _, err = run(capsys, "matrix", "--facts", "b200", "--axes", "attention_backend",
+                       "--values", "attention_backend=fa3")
+    assert code == 3 and "attn.fa3.hopper" in err
+    code, _, err = run(capsys, "matrix", "--facts", "h100", "--axes", "attention_backend", "--fix", "--tp-size", "16")
+    assert code == 3 and "par.world_size.fits" in err
+
+
+def test_matrix_fixed_flags_reach_every_row(toy, capsys):
+    code, out, _ = run(capsys, "matrix", "--facts", "h100", "--axes", "kv_cache_dtype", "--format", "json",
+                       "--fix", "--tp-size 2")
+    rows = json.loads(out)["rows"]
+    assert code == 0 and rows and all(r["args"].startswith("--tp-size 2 --kv-cache-dtype") for r in rows)
+
+
+def test_serve_reports_a_conflict_and_starts_nothing(toy, capsys):
+    code, out, err = run(capsys, "serve", "--facts", "b200", "--attention-backend", "fa3")
+    assert code == 3 and out == "" and err.startswith("error: no legal llm configuration")
+
+
+def test_rules_and_probe_exit_codes(capsys):
+    assert run(capsys, "rules", "--stats", "--system", "diffusion", "--json")[0] == 0
+    assert run(capsys, "rules", "--stats", "--bogus")[0] == 2
+    code, out, _ = run(capsys, "probe", "--facts", "h100", "--json")
+    assert code == 0 and json.loads(out)["gpu.sm"] == 90
+    assert run(capsys, "probe", "--facts", "h1000")[0] == 2
+
+
+# -- bad input: one paragraph on stderr, exit 2, nothing on stdout ---------------------------------
+
+@pytest.fixture
+def broken_config(tmp_path):
+    path = tmp_path / "launch.yaml"
+    path.write_text("tp_size: 2\n  page_size: [\n")
+    return path
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["resolve", "--facts", "h100", "--tp-sise", "8"], "did you mean --tp-size"),
+    (["resolve", "--facts", "h100", "--tp-size", "eight"], "'eight' for --tp-size"),
+    (["resolve", "--facts", "h1000"], "unknown facts preset 'h1000'"),
+    (["resolve", "--facts", "h100", "--fact", "platform=cpu"], "impossible facts"),
+    (["resolve", "--facts", "h100", "--fact", "gpu.sm=fast"], "gpu.sm"),
+    (["resolve", "--dry-run", "--facts", "h100", "--flag", "atention_backend"], "did you mean attention_backend"),
+    (["matrix", "--facts", "h100", "--axes", "atention_backend"], "did you mean attention_backend"),
+    (["matrix", "--facts", "h100", "--axes", "tp_size", "--values", "tp_size=1,two"], "'two'"),
+    (["matrix", "--facts", "h100", "--axes", "attention_backend", "--strategy", "4-wise"], "--strategy"),
+    (["matrix", "--facts", "h100", "--axes", "attention_backend", "--fix", "--tp-sise", "2"], "did you mean --tp-size"),
+    (["why", "--facts", "h100"], "name the flag"),
+])
+def test_bad_input_is_one_paragraph_with_exit_2(capsys, argv, expected):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert_one_paragraph(err, argv[0])
+    assert expected in err
+
+
+def test_malformed_config_file_names_the_file_and_line(capsys, broken_config):
+    code, out, err = run(capsys, "resolve", "--facts", "h100", "--config", str(broken_config))
+    assert code == 2 and out == ""
+    assert_one_paragraph(err, "resolve")
+    assert str(broken_config) in err and "line 2" in err
+
+
+# -- the JSON contract of a conflict (DESIGN.md) ----------------------------------------------------
+
+def test_conflict_json_matches_the_contract(toy, capsys):
+    code, out, err = run(capsys, "resolve", "--json", "--facts", "b200", "--tp-size", "8", "--dp-size", "3",
+                         "--enable-dp-attention", "--attention-backend", "fa3")
+    assert code == 3 and err == ""
+    data = json.loads(out)
+    assert data["error"] == "conflict" and len(data["conflicts"]) == 2
+    for conflict in data["conflicts"]:
+        assert CONFLICT_KEYS <= set(conflict)
+        assert all(isinstance(conflict[k], list) for k in ("flags", "rules", "facts", "fixes"))
+        assert isinstance(conflict["message"], str) and conflict["fixes"]
+    assert data["conflicts"][1]["rules"] == ["attn.fa3.hopper"] and data["conflicts"][1]["facts"] == ["gpu.sm"]
+
+
+# -- the real rule set, as real processes -----------------------------------------------------------
+
+def accord(*argv):
+    return subprocess.run([sys.executable, "-m", "resolver.cli", *argv], capture_output=True, text=True, timeout=120)
+
+
+def test_real_rules_resolve_and_conflict_as_processes():
+    ok = accord("resolve", "--json", "--facts", "h100", "--tp", "8")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["values"]["tp_size"] == 8
+    bad = accord("resolve", "--json", "--facts", "h100", "--tp", "64")
+    assert bad.returncode == 3 and "Traceback" not in bad.stderr
+    data = json.loads(bad.stdout)
+    assert data["error"] == "conflict" and all(CONFLICT_KEYS <= set(c) for c in data["conflicts"])
+
+
+def test_real_rules_dry_run_as_a_process():
+    done = accord("resolve", "--dry-run", "--json", "--facts", "h100", "--tp", "8", "--flag", "kv_cache_dtype")
+    assert done.returncode == 0, done.stderr
+    (choice,) = json.loads(done.stdout)["choices"]
+    assert choice["flag"] == "kv_cache_dtype" and choice["chosen"] in choice["legal"]
+    assert all(item["rules"] for item in choice["excluded"])

@@ -1,0 +1,200 @@
+"""`accord resolve --dry-run`: legal, chosen and excluded values, each exclusion with its rules.
+
+The mechanism is tested on the toy rule set and on small rule sets written here; the real rules
+only for properties that hold whatever the rule authors write (every verdict agrees with the solver).
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from resolver import api
+from resolver.api import ConflictError
+from resolver.catalog import load_catalog
+from resolver.cli import main
+from resolver.dryrun import Pinning, backend_like, dry_run, mentioned_values, render, values_of
+from resolver.errors import UsageError
+from resolver.facts import load_facts
+from resolver.rules import load_rules
+from resolver.solve import Plan
+from tests.toy import B200, H100, toy_plan
+
+
+def _use(monkeypatch, plan):
+    monkeypatch.setattr(api, "plan_for", lambda system: plan)
+    monkeypatch.setattr("resolver.dryrun.plan_for", lambda system: plan)
+    return plan
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    return _use(monkeypatch, toy_plan(tmp_path))
+
+
+def _plan(root: Path, flags: list[dict], rules: list[dict]) -> Plan:
+    (root / "llm").mkdir(parents=True, exist_ok=True)
+    (root / "llm" / "flags.yaml").write_text(yaml.safe_dump({"group": "t", "flags": flags}))
+    (root / "llm" / "t.yaml").write_text(yaml.safe_dump({"area": "t", "rules": rules}, sort_keys=False))
+    return Plan(load_catalog("llm", root), load_rules("llm", root))
+
+
+def _enum(name, choices, default):
+    return {"name": name, "flags": ["--" + name.replace("_", "-")], "type": "enum", "choices": choices,
+            "default": default}
+
+
+# Two decisions linked by rules: pinning a_backend=x is legal only because the solver re-decides b.
+LINKED_FLAGS = [_enum("a_backend", ["w", "x", "v"], "w"), _enum("b_backend", ["z", "y"], "z")]
+LINKED_RULES = [
+    {"id": "a.prefer", "kind": "prefer", "flag": "a_backend", "reason": "w first", "values": ["w", "x", "v"]},
+    {"id": "b.prefer", "kind": "prefer", "flag": "b_backend", "reason": "z first", "values": ["z", "y"]},
+    {"id": "x.needs_y", "kind": "require", "when": "a_backend == 'x'", "require": "b_backend == 'y'",
+     "reason": "x reads what y writes."},
+    {"id": "v.needs_y", "kind": "require", "when": "a_backend == 'v'", "require": "b_backend == 'y'",
+     "reason": "v reads what y writes."},
+    {"id": "v.needs_z", "kind": "require", "when": "a_backend == 'v'", "require": "b_backend == 'z'",
+     "reason": "v also reads what z writes."},
+]
+
+
+def _by_flag(choices):
+    return {c.flag: c for c in choices}
+
+
+def test_chosen_legal_and_excluded_values_with_rule_ids_and_reasons(toy):
+    _, choices = dry_run("llm", {}, B200)
+    attention = _by_flag(choices)["attention_backend"]
+    assert attention.chosen == "flashinfer" and attention.source == "attn.backend.order"
+    assert attention.legal == ("flashinfer", "triton", "torch_native")
+    assert attention.excluded == (("fa3", (("attn.fa3.hopper", "FA3 kernels are built for Hopper."),)),)
+    assert _by_flag(choices)["kv_cache_dtype"].source == "default"
+
+
+def test_exclusions_follow_the_rest_of_the_command(toy):
+    _, choices = dry_run("llm", {"page_size": 7}, B200)
+    attention = _by_flag(choices)["attention_backend"]
+    assert attention.chosen == "triton"
+    assert dict(attention.excluded)["flashinfer"] == (("attn.flashinfer.page", "odd pages unsupported."),)
+    _, choices = dry_run("llm", {}, H100)
+    assert [v for v, _ in _by_flag(choices)["kv_cache_dtype"].excluded] == ["fp4_e2m1"]
+
+
+def test_every_verdict_agrees_with_the_solver(toy):
+    for facts in (H100, B200):
+        for user in ({}, {"page_size": 7}, {"kv_cache_dtype": "fp8_e4m3", "tp_size": 2}):
+            _, choices = dry_run("llm", user, facts)
+            for choice in choices:
+                for value in choice.legal:
+                    assert toy.satisfiable({**user, choice.flag: value}, facts), (choice.flag, value)
+                for value, _ in choice.excluded:
+                    assert not toy.satisfiable({**user, choice.flag: value}, facts), (choice.flag, value)
+
+
+def test_a_value_is_legal_when_the_solver_can_re_decide_the_other_flags(tmp_path, monkeypatch):
+    _use(monkeypatch, _plan(tmp_path, LINKED_FLAGS, LINKED_RULES))
+    config, choices = dry_run("llm", {}, H100)
+    a = _by_flag(choices)["a_backend"]
+    assert config.values["b_backend"] == "z" and "x" in a.legal
+
+
+def test_when_only_rules_together_exclude_a_value_a_minimal_set_is_named(tmp_path, monkeypatch):
+    _use(monkeypatch, _plan(tmp_path, LINKED_FLAGS, LINKED_RULES))
+    _, choices = dry_run("llm", {}, H100)
+    excluded = dict(_by_flag(choices)["a_backend"].excluded)
+    assert [rid for rid, _ in excluded["v"]] == ["v.needs_y", "v.needs_z"]
+
+
+def test_open_string_flags_try_the_values_the_rules_name(tmp_path, monkeypatch):
+    flags = [{"name": "draft_backend", "flags": ["--draft-backend"], "type": "str", "nullable": True,
+              "default": None}]
+    rules = [{"id": "draft.default", "kind": "default", "flag": "draft_backend", "reason": "p by default",
+              "value": "'p'"},
+             {"id": "draft.q_on_hopper", "kind": "require", "when": "draft_backend in ('q', 'r')",
+              "require": "gpu.sm == 90", "reason": "q and r are Hopper kernels."}]
+    plan = _use(monkeypatch, _plan(tmp_path, flags, rules))
+    assert mentioned_values(plan, "draft_backend") == {"p", "q", "r"}
+    assert backend_like(plan) == ["draft_backend"] and values_of(plan, "draft_backend") == ["p", "q", "r"]
+    _, (choice,) = dry_run("llm", {}, B200)
+    assert choice.chosen == "p" and choice.legal == ("p",)
+    assert [v for v, _ in choice.excluded] == ["q", "r"]
+
+
+def test_flag_filter_limits_the_report_to_named_flags(toy):
+    _, choices = dry_run("llm", {}, B200, only=["--kv-cache-dtype", "sampling-backend"])
+    assert [c.flag for c in choices] == ["kv_cache_dtype", "sampling_backend"]
+
+
+def test_flag_filter_rejects_unknown_and_open_ended_flags(toy):
+    with pytest.raises(UsageError, match="did you mean attention_backend"):
+        dry_run("llm", {}, B200, only=["attention_backnd"])
+    with pytest.raises(UsageError, match="open-ended"):
+        dry_run("llm", {}, B200, only=["tp_size"])
+
+
+def test_a_conflicting_command_raises_the_conflict(toy):
+    with pytest.raises(ConflictError):
+        dry_run("llm", {"attention_backend": "fa3"}, B200)
+
+
+def test_table_lists_chosen_legal_and_each_exclusion(toy):
+    _, choices = dry_run("llm", {"page_size": 7}, B200)
+    text = render(choices)
+    assert "attention_backend = triton   (attn.backend.order)" in text
+    assert "  legal     triton, torch_native" in text
+    assert "  excluded  flashinfer  attn.flashinfer.page: odd pages unsupported." in text
+
+
+def test_cli_json_shape(toy, monkeypatch, capsys):
+    monkeypatch.setattr("resolver.commands.resolve.load_facts", lambda *a, **k: B200)
+    assert main(["resolve", "--dry-run", "--json", "--facts", "b200", "--flag", "attention_backend"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == {"system", "hash", "choices"}
+    (choice,) = data["choices"]
+    assert set(choice) == {"flag", "chosen", "source", "legal", "excluded"}
+    assert choice["excluded"] == [{"value": "fa3", "rules": [
+        {"id": "attn.fa3.hopper", "reason": "FA3 kernels are built for Hopper."}]}]
+
+
+def test_cli_conflicting_command_exits_3(toy, monkeypatch, capsys):
+    monkeypatch.setattr("resolver.commands.resolve.load_facts", lambda *a, **k: B200)
+    assert main(["resolve", "--dry-run", "--json", "--facts", "b200", "--attention-backend", "fa3"]) == 3
+    assert json.loads(capsys.readouterr().out)["error"] == "conflict"
+
+
+def test_pinning_several_flags_at_once(toy):
+    config = api.resolve("llm", {}, B200)
+    pinning = Pinning(toy, {}, B200, config)
+    assert pinning.legal({"attention_backend": "triton", "kv_cache_dtype": "fp4_e2m1"})
+    assert [r.id for r in pinning.verdict({"attention_backend": "fa3", "kv_cache_dtype": "auto"})] == [
+        "attn.fa3.hopper"]
+
+
+# -- the real rule sets: properties that do not depend on which rules exist -----------------------
+
+@pytest.mark.parametrize("system, preset, user, flags", [
+    ("llm", "h100", {"tp_size": 8}, ["attention_backend", "kv_cache_dtype", "sampling_backend"]),
+    ("diffusion", "h100", {}, None),
+])
+def test_real_rules_verdicts_agree_with_the_solver(system, preset, user, flags):
+    facts = load_facts(preset, system=system)
+    plan = api.plan_for(system)
+    config, choices = dry_run(system, user, facts, only=flags)
+    assert choices, "no backend-like flag found"
+    for choice in choices:
+        assert choice.chosen == config.values[choice.flag]
+        for value in choice.legal:
+            assert plan.satisfiable({**user, choice.flag: value}, facts), (choice.flag, value)
+        for value, rules in choice.excluded:
+            assert rules and all(rid in plan.ruleset.by_id() for rid, _ in rules)
+            assert not plan.satisfiable({**user, choice.flag: value}, facts), (choice.flag, value)
+
+
+def test_real_llm_dry_run_covers_the_backend_families():
+    names = set(backend_like(api.plan_for("llm")))
+    assert {"attention_backend", "prefill_attention_backend", "decode_attention_backend",
+            "sampling_backend", "grammar_backend", "moe_runner_backend", "fp8_gemm_runner_backend",
+            "fp4_gemm_runner_backend", "kv_cache_dtype", "lora_backend", "mamba_backend",
+            "linear_attn_backend", "disaggregation_transfer_backend"} <= names
+    assert "attention_backend" in backend_like(api.plan_for("diffusion"))
