@@ -26,11 +26,8 @@ from resolver.catalog import Catalog
 from resolver.expr import UnknownFact
 from resolver.rules import Rule, RuleSet
 
-_UNSET = object()
-
-
 class _CycleError(Exception):
-    pass
+    """A default that reads itself through other defaults (`accord rules --lint` rejects these)."""
 
 
 class Env:

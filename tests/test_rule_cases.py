@@ -18,6 +18,7 @@ from resolver.flagparse import parse_flags
 from resolver.rules import load_rules
 
 CASES_DIR = Path(__file__).parent / "rule_cases"
+REPO_ROOT = Path(__file__).resolve().parents[1]  # cases name files relative to the checkout
 
 
 def _fact_arg(key, value):
@@ -58,7 +59,8 @@ def _outcome(system, case):
 
 
 @pytest.mark.parametrize("system, rule_id, mode, case", CASES)
-def test_rule_case(system, rule_id, mode, case):
+def test_rule_case(system, rule_id, mode, case, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
     rule = load_rules(system).by_id().get(rule_id)
     assert rule is not None, f"case names unknown rule {rule_id}"
     config, conflict = _outcome(system, case)

@@ -15,9 +15,9 @@ travel beside it as `Endpoints`.
 from __future__ import annotations
 
 import dataclasses
-import socket
 from typing import Any, Mapping
 
+from engine.ports import port_is_free
 from resolver.errors import UsageError
 
 MAX_ATTEMPTS = 100
@@ -41,18 +41,6 @@ def connect_host(host: str | None) -> str:
 
 def _bind_host(which: str, host: str) -> str:
     return "127.0.0.1" if which == "master" else internal_host(host)
-
-
-def is_port_free(host: str, port: int) -> bool:
-    """Can a listening socket bind `host:port` right now?"""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +86,7 @@ def _settle(which: str, host: str, port: int, taken: set[int]) -> int:
     """The first free port at or after `port`, stepping like the seed; UsageError when none is found."""
     candidate = port
     for _ in range(MAX_ATTEMPTS):
-        if candidate not in taken and 0 < candidate < 65536 and is_port_free(host, candidate):
+        if candidate not in taken and 0 < candidate < 65536 and port_is_free(candidate, host):
             return candidate
         candidate = candidate + _STEPS[which] if candidate < 60000 else 5000 + candidate % 1000
     name, flag = _FLAGS[which]
@@ -124,7 +112,7 @@ def choose_ports(values: Mapping[str, Any]) -> Endpoints:
                 raise UsageError(f"{_FLAGS[which][1]} {port} is the same port as {_FLAGS[seen[port]][1]} and "
                                  "--strict-ports is set; give each its own port.")
             seen[port] = which
-            if not is_port_free(_bind_host(which, host), port):
+            if not port_is_free(port, _bind_host(which, host)):
                 raise UsageError(f"{which} port {port} ({_FLAGS[which][1]}) is already in use and --strict-ports "
                                  f"is set; free it, choose another {_FLAGS[which][1]}, or drop --strict-ports "
                                  "to let the server pick the next free port.")
