@@ -11,11 +11,11 @@ type (`kv_cache_dtype`, `mamba_ssm_dtype`, ...). The values tried are the solver
 catalog's choices and, for open string flags such as the diffusion attention backend, the values
 the rules themselves name.
 
-Speed: one solve per value would cost ~50 ms each on the LLM rules (hundreds of values). Most
+Speed: one solve per value costs ~0.5 s on the LLM rules (~300 values); this takes ~40 ms. Most
 answers need no search: the resolved configuration, with the pinned value swapped in, either still
 satisfies every rule the pinned flag can influence (legal, by example) or breaks a rule that no
 choice of the other flags can repair (illegal). Only the rest is solved, and only on the part of
-the problem the pinned flag touches.
+the problem the pinned flag touches (see `Pinning`, which the CI matrix uses too).
 """
 
 from __future__ import annotations
@@ -28,12 +28,10 @@ from typing import Any, Iterable, Mapping
 
 from resolver.api import ConflictError, plan_for, resolve
 from resolver.errors import UsageError
-from resolver.explain import minimal_rules
-from resolver.expr import UnknownFact
 from resolver.frozen import ResolvedConfig
 from resolver.report import describe_value
-from resolver.rules import Rule
-from resolver.solve import Env, Plan, check
+from resolver.pinning import Pinning
+from resolver.solve import Plan
 
 _SKIPPED_TYPES = ("json", "list")
 
@@ -103,6 +101,10 @@ def _constants(source: str) -> list[Any]:
 
 
 def _compared_constants(source: str, name: str) -> Iterable[Any]:
+    """`name == 'a'`, `name in ('a', 'b')` and `'a' in (name, other)` all name a value of `name`."""
+    def is_name(node: ast.AST) -> bool:
+        return isinstance(node, ast.Name) and node.id == name
+
     for node in ast.walk(ast.parse(source.strip(), mode="eval")):
         if not isinstance(node, ast.Compare):
             continue
@@ -111,170 +113,15 @@ def _compared_constants(source: str, name: str) -> Iterable[Any]:
             if not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
                 continue
             for mine, other in ((left, right), (right, left)):
-                if isinstance(mine, ast.Name) and mine.id == name:
-                    items = other.elts if isinstance(other, (ast.Tuple, ast.List, ast.Set)) else [other]
-                    yield from (item.value for item in items if isinstance(item, ast.Constant))
+                many = other.elts if isinstance(other, (ast.Tuple, ast.List, ast.Set)) else [other]
+                if is_name(mine):
+                    yield from (item.value for item in many if isinstance(item, ast.Constant))
+                elif isinstance(other, ast.Constant) and any(is_name(item) for item in _elements(mine)):
+                    yield other.value
 
 
-# -- legality of one pinned value -----------------------------------------------------------------
-
-class Pinning:
-    """Answers "is this command still legal with these flags pinned?" for many pins, from one resolve.
-
-    `reach(x)` is every flag whose value can change x's value: x itself and, while x is unset, what
-    its default and prefer rules read. A hard rule can only change verdict when a flag in its reach
-    is pinned, so only those rules are checked, against the resolved configuration with the pinned
-    values swapped in (the *example*). When the example breaks a rule, the rules unsatisfiable on
-    their own name the exclusion; otherwise the solver decides, given only the rules linked to the
-    pinned flags through shared decisions (the other components are untouched and stay legal).
-
-    Without a resolved configuration (the user's flags conflict by themselves) every question goes
-    to the solver.
-    """
-
-    def __init__(self, plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
-                 config: ResolvedConfig | None):
-        self.plan = plan
-        self.user = dict(user)
-        self.facts = facts
-        self.decisions = None if config is None else {d: config.values[d] for d in plan.prefer_rules}
-        self._reach: dict[str, frozenset[str]] = {}
-        self._rule_reach = {id(rule): self._reach_all(_read_by(rule, hard=True)) for rule in plan.hard_rules}
-        self._touching: dict[frozenset[str], list[Rule]] = {}
-        self._linked: dict[frozenset[str], list[Rule]] = {}
-        self._depends: dict[frozenset[str], dict] = {}
-        self._clean: set[tuple] = {()}  # pin sets whose example holds (no pins: the resolved config)
-
-    def reach(self, name: str) -> frozenset[str]:
-        if name not in self._reach:
-            self._reach[name] = frozenset({name})  # placeholder breaks cycles (lint rejects them)
-            if name not in self.user and name in self.plan.catalog:
-                rules = self.plan.default_rules.get(name, []) + self.plan.prefer_rules.get(name, [])
-                reads = set().union(*(_read_by(r, hard=False) for r in rules))
-                self._reach[name] = frozenset({name}) | self._reach_all(reads)
-        return self._reach[name]
-
-    def _reach_all(self, names: Iterable[str]) -> frozenset[str]:
-        return frozenset().union(*(self.reach(n) for n in names))
-
-    def repair_flags(self, rules: Iterable[Rule]) -> frozenset[str]:
-        """Flags whose pinning could change what these rules say: only they can undo an exclusion."""
-        return frozenset().union(*(self._rule_reach[id(r)] for r in rules))
-
-    def touching(self, names: frozenset[str]) -> list[Rule]:
-        """Hard rules whose verdict can change when these flags are pinned."""
-        if names not in self._touching:
-            self._touching[names] = [r for r in self.plan.hard_rules if self._rule_reach[id(r)] & names]
-        return self._touching[names]
-
-    def legal(self, pins: Mapping[str, Any]) -> bool:
-        return self._judge(pins, every=False) is None
-
-    def verdict(self, pins: Mapping[str, Any]) -> tuple[Rule, ...] | None:
-        """None when the command with `pins` is legal, else the rules that exclude it."""
-        groups = self.exclusions(pins)
-        return None if groups is None else tuple(dict.fromkeys(r for g in groups for r in g))
-
-    def exclusions(self, pins: Mapping[str, Any]) -> list[tuple[Rule, ...]] | None:
-        """None when legal; else groups of rules, each unsatisfiable by itself with these pins."""
-        return self._judge(pins, every=True)
-
-    def _judge(self, pins: Mapping[str, Any], every: bool) -> list[tuple[Rule, ...]] | None:
-        """The exclusions of `pins`; without `every`, only the first proof found (possibly empty)."""
-        names = frozenset(pins)
-        pinned = {**self.user, **pins}
-        if self.decisions is None:
-            if self.plan.satisfiable(pinned, self.facts):
-                return None
-            return [tuple(minimal_rules(self.plan, pinned, self.facts))] if every else []
-        key = _pin_key(pins)
-        if key in self._clean:
-            return None
-        fresh = self._unchecked(pins)
-        decided = {d: v for d, v in self.decisions.items() if d not in pinned}
-        env = Env(self.plan, pinned, self.facts, decided)
-        broken = []
-        for rule in self.touching(fresh):
-            if not _holds(rule, env):
-                if not every and self._fixed(names, rule):
-                    return [(rule,)]
-                broken.append(rule)
-        if not broken and self._still_eligible(fresh, decided, env):
-            self._clean.add(key)
-            return None
-        alone = []
-        for rule in broken:
-            if self._fixed(names, rule) or not self.plan.satisfiable(pinned, self.facts, [rule]):
-                if not every:
-                    return [(rule,)]
-                alone.append((rule,))
-        if alone:
-            return alone
-        linked = self.linked(names)
-        if self.plan.satisfiable(pinned, self.facts, linked):
-            return None
-        return [tuple(minimal_rules(self.plan, pinned, self.facts, linked))] if every else []
-
-    def _unchecked(self, pins: Mapping[str, Any]) -> frozenset[str]:
-        """The pinned flags whose rules must be checked: all of them, unless the example already
-        held with one pin fewer, in which case only that last pin can have broken something."""
-        for name in pins:
-            if _pin_key({k: v for k, v in pins.items() if k != name}) in self._clean:
-                return frozenset({name})
-        return frozenset(pins)
-
-    def _still_eligible(self, names: frozenset[str], decided: Mapping[str, Any], env: Env) -> bool:
-        """Every decision the pins can influence may still take its resolved value."""
-        return all(value in [v for v, _ in self.plan.candidates(decision, env)]
-                   for decision, value in decided.items() if self.reach(decision) & names)
-
-    def _fixed(self, names: frozenset[str], rule: Rule) -> bool:
-        """The rule reads no decision once `names` are pinned: no choice of the solver changes it."""
-        memo = self._depends.setdefault(names, {})
-        return not self.plan.depends(rule.constrained_flags, {**self.user, **dict.fromkeys(names)}, memo)
-
-    def linked(self, names: frozenset[str]) -> list[Rule]:
-        """The rules touching `names` plus every rule sharing a decision with them, transitively."""
-        if names not in self._linked:
-            keys = {**self.user, **dict.fromkeys(names)}
-            memo: dict[str, frozenset] = {}
-            deps = [(rule, self.plan.depends(rule.constrained_flags, keys, memo)) for rule in self.plan.hard_rules]
-            chosen = {id(r) for r in self.touching(names)}
-            variables: set[str] = set().union(*(d for r, d in deps if id(r) in chosen))
-            grown = True
-            while grown:
-                grown = False
-                for var in list(variables):
-                    reads = set().union(*(r.reads_flags for r in self.plan.prefer_rules.get(var, ())))
-                    new = self.plan.depends(reads, keys, memo) - variables
-                    if new:
-                        variables |= new
-                        grown = True
-                for rule, d in deps:
-                    if id(rule) not in chosen and d & variables:
-                        chosen.add(id(rule))
-                        variables |= d
-                        grown = True
-            self._linked[names] = [rule for rule, _ in deps if id(rule) in chosen]
-        return self._linked[names]
-
-
-def _pin_key(pins: Mapping[str, Any]) -> tuple:
-    return tuple(sorted((k, describe_value(v)) for k, v in pins.items()))
-
-
-def _read_by(rule: Rule, hard: bool) -> set[str]:
-    """Flags a rule reads, including those whose being set (`is_set`) it asks about."""
-    exprs = [e for e in (rule.when, rule.require) if e is not None] if hard else rule.expressions()
-    return set().union(*(e.flags | e.set_checks for e in exprs))
-
-
-def _holds(rule: Rule, env: Env) -> bool:
-    """A rule that cannot be checked (an unknown fact) does not exclude anything."""
-    try:
-        return check(rule, env)
-    except UnknownFact:
-        return True
+def _elements(node: ast.AST) -> list[ast.AST]:
+    return list(node.elts) if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else []
 
 
 # -- the dry run ----------------------------------------------------------------------------------

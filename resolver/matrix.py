@@ -17,7 +17,8 @@ Legality is not monotone: pinning one more flag can make a combination legal aga
 cache dtype changes the derived prefill backend, say). So a partial row is only dropped when an
 exclusion is *settled*: a rule set that is unsatisfiable by itself and that no remaining axis can
 influence (see `Pinning.repair_flags`). Otherwise the search goes on, starting with the axes that
-could undo the exclusion.
+could undo the exclusion. Settled exclusions are remembered as nogoods (the preset plus the values
+the rules can see), so no later row, and no coverage target, chases them again.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from resolver.api import ConflictError, plan_for, resolve
 from resolver.catalog import SYSTEMS
-from resolver.dryrun import Pinning, mentioned_values
+from resolver.dryrun import mentioned_values
+from resolver.pinning import Pinning
 from resolver.errors import EXIT_CONFLICT, AccordError, UsageError
 from resolver.flagvalues import BadValue, convert_text, usage_error
 from resolver.report import describe_value, flag_arg
@@ -72,7 +74,7 @@ class Space:
     """The axes, the fixed flags and the presets' facts; finds legal rows and judges partial ones.
 
     The fixed flags are resolved once per preset; a partial row is a set of pinned values on top
-    of that resolve (see `resolver.dryrun.Pinning`), so most checks need no search.
+    of that resolve (see `resolver.pinning.Pinning`), so most checks need no search.
     With `respect_rules=False` every row is legal: the unconstrained baseline.
     """
 
@@ -345,11 +347,19 @@ def render(matrix: Matrix, fmt: str) -> str:
 
 
 def summary(matrix: Matrix) -> str:
+    """One line for stderr: rows, coverage of the legal t-tuples, how many combinations are illegal."""
     if matrix.strategy == "all":
         return f"{len(matrix.rows)} legal rows"
     cov = matrix.coverage()
-    return (f"{len(matrix.rows)} rows; {matrix.strategy} coverage {cov['covered']}/{cov['legal']} legal tuples "
+    kind = {"pairwise": "pairs", "3-wise": "triples"}[matrix.strategy]
+    return (f"{len(matrix.rows)} rows; {matrix.strategy} coverage {cov['covered']}/{cov['legal']} legal {kind} "
             f"({cov['percent']}%); {len(matrix.illegal)} illegal combinations excluded")
+
+
+def describe_illegal(item: Mapping[str, Any]) -> str:
+    """`facts=h100 attention_backend=aiter (attn.vendor.amd)`."""
+    values = " ".join(f"{k}={describe_value(v)}" for k, v in item["values"].items())
+    return f"{values} ({', '.join(item['rules']) or 'no listed value of the other axes completes it'})"
 
 
 # -- command line -------------------------------------------------------------------------
@@ -361,9 +371,7 @@ class EmptyMatrix(AccordError):
     SHOWN = 5
 
     def __init__(self, matrix: Matrix):
-        reasons = [", ".join(f"{k}={describe_value(v)}" for k, v in item["values"].items())
-                   + f" ({', '.join(item['rules']) or 'no listed value of the other axes completes it'})"
-                   for item in matrix.illegal]
+        reasons = [describe_illegal(item) for item in matrix.illegal]
         more = f"; and {len(reasons) - self.SHOWN} more" if len(reasons) > self.SHOWN else ""
         super().__init__("no legal row: every combination of the axes is excluded, for example "
                          + "; ".join(reasons[:self.SHOWN]) + more
@@ -491,4 +499,7 @@ def main(argv: list[str]) -> int:
     if opts.format == "github" and len(matrix.rows) > GITHUB_MAX_JOBS:
         note += f"; split into {-(-len(matrix.rows) // GITHUB_MAX_JOBS)} shards of <= {GITHUB_MAX_JOBS} jobs"
     print(note, file=sys.stderr)
+    if opts.format in ("csv", "github"):  # json and yaml carry the list themselves
+        for item in matrix.illegal:
+            print(f"  excluded {describe_illegal(item)}", file=sys.stderr)
     return 0

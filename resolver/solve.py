@@ -105,7 +105,7 @@ def check(rule: Rule, env: Env) -> bool:
     return (not applies) or bool(rule.require(env))
 
 
-def _holds(rule: Rule, env: Env) -> bool:
+def holds(rule: Rule, env: Env) -> bool:
     """Like `check`, but an unknown fact never blocks: the rule is reported, not enforced."""
     try:
         return check(rule, env)
@@ -276,7 +276,7 @@ class Plan:
                 for value, _rid in self.candidates(var, Env(self, user, facts, decided)):
                     decided[var] = value
                     env = Env(self, user, facts, decided)
-                    if all(_holds(rule, env) for rule in closes_at.get(i, ())) and \
+                    if all(holds(rule, env) for rule in closes_at.get(i, ())) and \
                             self._feasible(rest, ahead, user, facts, decided, memo):
                         break
                 else:
@@ -305,7 +305,7 @@ class Plan:
         for var in undecided:
             trial[var] = self.candidates(var, Env(self, user, facts, trial))[0][0]
         witness = Env(self, user, facts, trial)
-        if all(_holds(rule, witness) for rule, _ in rules):
+        if all(holds(rule, witness) for rule, _ in rules):
             return True
         pending = set(undecided)
         problem = Problem()
@@ -315,7 +315,7 @@ class Plan:
 
         def make(rule: Rule, names: list[str]):
             def constraint(*vals):
-                return _holds(rule, Env(self, user, facts, {**fixed, **dict(zip(names, vals))}))
+                return holds(rule, Env(self, user, facts, {**fixed, **dict(zip(names, vals))}))
             return constraint
 
         for rule, deps in rules:

@@ -5,12 +5,12 @@ on the real rule set (only properties that hold whatever its rules say) and two 
 """
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
-from resolver import api
 from resolver.cli import main
 from tests.toy import B200, CPU, H100, toy_plan
 
@@ -166,3 +166,15 @@ def test_real_rules_dry_run_as_a_process():
     (choice,) = json.loads(done.stdout)["choices"]
     assert choice["flag"] == "kv_cache_dtype" and choice["chosen"] in choice["legal"]
     assert all(item["rules"] for item in choice["excluded"])
+
+
+def test_real_matrix_is_the_same_in_every_process():
+    argv = ["matrix", "--facts", "h100,mi300x", "--axes", "attention_backend,kv_cache_dtype", "--values",
+            "attention_backend=fa3,triton,aiter", "--values", "kv_cache_dtype=auto,fp8_e4m3", "--format", "json"]
+    outputs = []
+    for seed in ("1", "2"):
+        done = subprocess.run([sys.executable, "-m", "resolver.cli", *argv], capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "PYTHONHASHSEED": seed})
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout)
+    assert outputs[0] == outputs[1] and json.loads(outputs[0])["rows"]

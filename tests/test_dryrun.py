@@ -112,12 +112,14 @@ def test_open_string_flags_try_the_values_the_rules_name(tmp_path, monkeypatch):
     rules = [{"id": "draft.default", "kind": "default", "flag": "draft_backend", "reason": "p by default",
               "value": "'p'"},
              {"id": "draft.q_on_hopper", "kind": "require", "when": "draft_backend in ('q', 'r')",
-              "require": "gpu.sm == 90", "reason": "q and r are Hopper kernels."}]
+              "require": "gpu.sm == 90", "reason": "q and r are Hopper kernels."},
+             {"id": "draft.s_not_on_cpu", "kind": "conflict", "when": "'s' in (draft_backend,) and platform == 'cpu'",
+              "reason": "s needs a GPU."}]
     plan = _use(monkeypatch, _plan(tmp_path, flags, rules))
-    assert mentioned_values(plan, "draft_backend") == {"p", "q", "r"}
-    assert backend_like(plan) == ["draft_backend"] and values_of(plan, "draft_backend") == ["p", "q", "r"]
+    assert mentioned_values(plan, "draft_backend") == {"p", "q", "r", "s"}
+    assert backend_like(plan) == ["draft_backend"] and values_of(plan, "draft_backend") == ["p", "q", "r", "s"]
     _, (choice,) = dry_run("llm", {}, B200)
-    assert choice.chosen == "p" and choice.legal == ("p",)
+    assert choice.chosen == "p" and choice.legal == ("p", "s")
     assert [v for v, _ in choice.excluded] == ["q", "r"]
 
 

@@ -1,11 +1,13 @@
-"""engine.llm.kv_cache: pool size from the resolved budget, FP8 storage, page allocation."""
+"""engine.llm.kv_cache: pool size from the resolved budget, page allocation, per-layer FP8 scales."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
 
-from engine.llm.kv_cache import GIB, KVPool, pool_tokens, storage_dtype
+from engine.llm.kv_cache import GIB, KVPool, layer_kv_scales, pool_tokens
 from resolver.errors import UsageError
 
 
@@ -26,32 +28,58 @@ def test_a_budget_smaller_than_the_weights_is_a_clear_error():
                     weight_bytes=GIB, bytes_per_token=1024)
 
 
-def test_storage_dtypes_follow_kv_cache_dtype():
-    assert storage_dtype("auto", torch.float16) is torch.float16
-    assert storage_dtype("bf16", torch.float32) is torch.bfloat16
-    assert storage_dtype("fp8_e4m3", torch.bfloat16) is torch.float8_e4m3fn
-    assert storage_dtype("fp8_e5m2", torch.bfloat16) is torch.float8_e5m2
-
-
-@pytest.mark.parametrize("dtype,tol", [(torch.float8_e4m3fn, 0.07), (torch.float8_e5m2, 0.13)])
-def test_fp8_pool_stores_float8_and_reads_back_close(dtype, tol):
-    pool = KVPool(num_pages=4, page_size=2, num_layers=1, num_kv_heads=2, head_dim=8, dtype=dtype,
-                  model_dtype=torch.float32, device=torch.device("cpu"))
-    k = torch.randn(3, 2, 8) * 3
-    v = torch.randn(3, 2, 8) * 1000  # beyond e4m3's range: saturates instead of becoming NaN
-    slots = torch.tensor([2, 3, 4])  # page 1 (slots 2, 3) and page 2 (slot 4)
-    pool.write(0, slots, k, v)
-    assert pool.k[0].dtype == dtype
-    k_back, v_back = pool.gather(0, torch.tensor([1, 2]), 3)
-    assert k_back.dtype == torch.float32 and torch.isfinite(v_back).all()
-    assert ((k_back - k).abs() <= tol * k.abs() + 1e-2).all()
-
-
 def test_pages_are_handed_out_once_and_page_zero_never():
     pool = KVPool(num_pages=3, page_size=4, num_layers=1, num_kv_heads=1, head_dim=2,
-                  dtype=torch.float32, model_dtype=torch.float32, device=torch.device("cpu"))
+                  dtype=torch.float32, device=torch.device("cpu"))
     first = pool.alloc(2)
     assert first == [1, 2] and pool.alloc(2) is None and pool.free_pages == 1
     pool.release(first)
     assert sorted(pool.alloc(3)) == [1, 2, 3]
     assert pool.capacity_tokens == 12
+
+
+def test_pool_holds_one_scale_per_layer_and_unscaled_by_default():
+    layout = dict(num_pages=2, page_size=4, num_layers=2, num_kv_heads=1, head_dim=8,
+                  dtype=torch.float8_e4m3fn, device=torch.device("cpu"))
+    assert KVPool(**layout).kv_scales == [1.0, 1.0]
+    pool = KVPool(**layout, kv_scales=[0.5, 2.0])
+    assert pool.kv_scales == [0.5, 2.0] and pool.k[1].dtype == torch.float8_e4m3fn
+    with pytest.raises(ValueError, match="1 KV scales given for 2 layers"):
+        KVPool(**layout, kv_scales=[0.5])
+
+
+def scales_file(tmp_path, ranks: dict) -> str:
+    path = tmp_path / "kv_scales.json"
+    path.write_text(json.dumps({"kv_cache": {"dtype": "float8_e4m3fn", "scaling_factor": ranks}}))
+    return str(path)
+
+
+def test_fp8_scales_come_from_the_file_for_this_rank_and_stage(tmp_path):
+    path = scales_file(tmp_path, {"0": {"0": 0.1, "1": 0.2, "2": 0.3}, "1": {"0": 1.1, "1": 1.2, "2": 1.3}})
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        assert layer_kv_scales(path, dtype, attn_tp_rank=1, num_layers=3, layers=range(1, 3)) == [1.2, 1.3]
+    assert layer_kv_scales(path, torch.float8_e4m3fn, attn_tp_rank=0, num_layers=3,
+                           layers=range(0, 3)) == [0.1, 0.2, 0.3]
+
+
+def test_without_a_file_or_an_fp8_cache_every_scale_is_one(tmp_path):
+    assert layer_kv_scales(None, torch.float8_e4m3fn, attn_tp_rank=0, num_layers=2, layers=range(2)) == [1.0, 1.0]
+    # A 16-bit cache stores values as they are: the file is not even read (upstream ignores it too).
+    missing = str(tmp_path / "absent.json")
+    assert layer_kv_scales(missing, torch.bfloat16, attn_tp_rank=0, num_layers=2, layers=range(2)) == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("content,problem", [
+    (None, "cannot be read"),
+    ("{not json", "not valid JSON"),
+    ({"kv_cache": {"scaling_factor": {"1": {"0": 1.0, "1": 1.0}}}}, "no scales for TP rank 0"),
+    ({"kv_cache": {"scaling_factor": {"0": {"0": 1.0}}}}, r"lacks scales for layers \[1\]"),
+    ({"kv_cache": {"scaling_factor": {"0": {"0": 1.0, "1": -2}}}}, "positive finite"),
+])
+def test_a_scales_file_that_cannot_serve_the_model_is_a_usage_error_naming_it(tmp_path, content, problem):
+    path = tmp_path / "scales.json"
+    if content is not None:
+        path.write_text(content if isinstance(content, str) else json.dumps(content))
+    with pytest.raises(UsageError, match=problem) as error:
+        layer_kv_scales(str(path), torch.float8_e4m3fn, attn_tp_rank=0, num_layers=2, layers=range(2))
+    assert str(error.value).startswith(f"quantization_param_path '{path}'")

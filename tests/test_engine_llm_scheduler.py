@@ -13,7 +13,7 @@ EOS = 257
 
 def make(pages: int = 64, page_size: int = 4, **limits) -> Scheduler:
     pool = KVPool(num_pages=pages, page_size=page_size, num_layers=1, num_kv_heads=1, head_dim=2,
-                  dtype=torch.float32, model_dtype=torch.float32, device=torch.device("cpu"))
+                  dtype=torch.float32, device=torch.device("cpu"))
     defaults = dict(page_size=page_size, context_length=256, max_running_requests=8, max_prefill_tokens=1024,
                     chunked_prefill_size=None, max_queued_requests=None, schedule_policy="fcfs",
                     disable_radix_cache=False, random_seed=0, stream_interval=1)

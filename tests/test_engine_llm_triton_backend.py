@@ -1,6 +1,13 @@
 """attention_backend triton: the engine's Triton path (kernels/, run by the Triton interpreter on
-CPU) generates the tokens of the torch_native path. Runs in a subprocess because the interpreter
-must be switched on before triton is first imported."""
+CPU) generates the greedy tokens of the torch_native path, which runs the kernels' torch references.
+
+A step writes K/V (quantize-on-write for FP8), attends and normalises on the implementation of its
+phase's backend, so each case below compares the two backends end to end: 16-bit KV caches in the
+model's dtype (fp16, bf16), FP8 e4m3 caches with scale 1.0 and with per-layer scales from a
+quantization_param_path file, a one-token page size, and a triton decode after a torch_native
+prefill. The engine runs in one subprocess for all cases, because the interpreter must be switched
+on before triton is first imported (see tests/test_kernels_isolated.py).
+"""
 
 from __future__ import annotations
 
@@ -11,44 +18,98 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
+SCALES = {"0": 0.3, "1": 0.7}
+"""Per-layer KV scales of the built-in model's two layers: not powers of two, so they change the
+stored FP8 bytes (a power of two would only shift exponents)."""
+
+CASES = {
+    # case: resolved values besides the backend; every case runs torch_native, then triton
+    "fp32": {"dtype": "float32"},
+    "fp32_page_size_1": {"dtype": "float32", "page_size": 1},
+    "fp16_kv": {"dtype": "float16"},
+    "bf16_kv": {"dtype": "bfloat16", "kv_cache_dtype": "bf16"},
+    "fp8_e4m3_kv": {"dtype": "float32", "kv_cache_dtype": "fp8_e4m3"},
+    "fp8_e4m3_kv_scales_file": {"dtype": "float32", "kv_cache_dtype": "fp8_e4m3",
+                                "quantization_param_path": "SCALES_FILE"},
+}
+
 SCRIPT = textwrap.dedent("""
-    import json, torch
+    import json, sys, torch
+    from kernels.launch import INTERPRETER
     from resolver.catalog import load_catalog
     from resolver.frozen import ResolvedConfig
     from engine.llm.settings import EngineSettings
     from engine.llm.worker import Worker
+    assert INTERPRETER, "the Triton interpreter must be on in this process"
     torch.set_num_threads(1)
-    prompts = ["paged kv", "the triton interpreter runs kernels on the CPU"]
-    results = {}
-    for backend, extra in [("torch_native", {}), ("triton", {}), ("triton", {"page_size": 1}),
-                           ("triton", {"kv_cache_dtype": "fp8_e4m3"}), ("torch_native", {"kv_cache_dtype": "fp8_e4m3"})]:
-        values = {**load_catalog("llm").defaults(), "attention_backend": backend, "page_size": 4,
-                  "random_seed": 3, "max_total_tokens": 1024, "mem_fraction_static": None,
-                  "dtype": "float32", "triton_attention_num_kv_splits": 2, **extra}
+    cases, scales_file = json.loads(sys.argv[1]), sys.argv[2]
+    prompts = ["paged kv", "triton on the CPU"]
+
+    def generate(values):
+        values = {**load_catalog("llm").defaults(), "page_size": 4, "random_seed": 3,
+                  "max_total_tokens": 1024, "mem_fraction_static": None,
+                  "triton_attention_num_kv_splits": 2, **values}
         settings = EngineSettings.from_config(ResolvedConfig("llm", {"platform": "cpu"}, values))
         worker = Worker(settings, settings.topology.all_ranks()[0])
-        assert worker.runner.decode_attention.name == backend
+        runner = worker.runner
         pending = [{"type": "generate", "rid": p, "input_ids": [256, *p.encode()], "stream": False,
-                    "sampling": {"max_new_tokens": 4, "temperature": 0.0, "ignore_eos": True}} for p in prompts]
-        out = {}
+                    "sampling": {"max_new_tokens": 4, "temperature": 0.0, "ignore_eos": True}}
+                   for p in prompts]
+        tokens = {}
         while pending or worker.has_work():
             for item in worker.step(pending):
-                out[item["rid"]] = item["ids"]
+                tokens[item["rid"]] = item["ids"]
             pending = []
-        results[backend + json.dumps(extra)] = out
+        return {"tokens": [tokens[p] for p in prompts], "kv_scales": runner.pool.kv_scales,
+                "backends": [runner.prefill_attention.name, runner.decode_attention.name]}
+
+    results = {}
+    for case, values in cases.items():
+        if values.get("quantization_param_path") == "SCALES_FILE":
+            values["quantization_param_path"] = scales_file
+        results[case] = {backend: generate({**values, "attention_backend": backend})
+                         for backend in ("torch_native", "triton")}
+    results["triton_decode_after_torch_native_prefill"] = {"triton": generate(
+        {"dtype": "bfloat16", "attention_backend": "torch_native", "prefill_attention_backend": "torch_native",
+         "decode_attention_backend": "triton"})}
     print(json.dumps(results))
 """)
 
 
-def test_triton_backend_generates_the_torch_native_tokens():
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> dict:
+    """Every case's greedy tokens and KV scales per backend, from one interpreter process."""
+    scales_file = tmp_path_factory.mktemp("kv") / "kv_scales.json"
+    scales_file.write_text(json.dumps({"kv_cache": {"dtype": "float8_e4m3fn",
+                                                    "scaling_factor": {"0": SCALES}}}))
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(CASES), str(scales_file)], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
-    reference = results["torch_native{}"]
-    assert results["triton{}"] == reference
-    assert results['triton{"page_size": 1}'] == reference
-    assert results['triton{"kv_cache_dtype": "fp8_e4m3"}'] == results['torch_native{"kv_cache_dtype": "fp8_e4m3"}']
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_triton_backend_generates_the_torch_native_tokens(generated, case):
+    torch_native, triton = generated[case]["torch_native"], generated[case]["triton"]
+    assert torch_native["backends"] == ["torch_native", "torch_native"]
+    assert triton["backends"] == ["triton", "triton"]
+    assert triton["tokens"] == torch_native["tokens"]
+
+
+def test_both_backends_apply_the_scales_file_and_scale_one_without_it(generated):
+    with_file = [SCALES[str(layer)] for layer in range(len(SCALES))]
+    for backend in ("torch_native", "triton"):
+        assert generated["fp8_e4m3_kv_scales_file"][backend]["kv_scales"] == with_file
+        assert generated["fp8_e4m3_kv"][backend]["kv_scales"] == [1.0, 1.0]
+        assert generated["bf16_kv"][backend]["kv_scales"] == [1.0, 1.0]
+
+
+def test_phases_run_the_backend_resolved_for_each(generated):
+    mixed = generated["triton_decode_after_torch_native_prefill"]["triton"]
+    assert mixed["backends"] == ["torch_native", "triton"]
+    assert mixed["tokens"] == generated["bf16_kv"]["torch_native"]["tokens"]

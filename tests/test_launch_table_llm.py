@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-from pathlib import Path
 
 import pytest
 

@@ -1,105 +1,69 @@
-"""Attention backends: what the resolved attention_backend (per phase) actually runs.
+"""Attention backends: what a phase's resolved backend (prefill_attention_backend,
+decode_attention_backend) runs, all of it from kernels/.
 
-A backend answers two questions over the paged KV pool, after the new tokens' K/V were written:
-- `extend`: queries of new tokens [T, Hq, D] (several per sequence, after a cached prefix),
-  causal within each sequence;
-- `decode`: one query per sequence [B, Hq, D] over everything cached.
-"torch_native" is plain torch (the reference); "triton" runs the kernels of `kernels.attention`.
+Both backends the engine implements make the same calls with a different ``impl``: ``triton``
+runs the Triton kernels, ``torch_native`` the torch references that live beside them. A step of
+either phase first writes its new tokens' K/V into their cache slots (quantize-on-write when the
+cache is FP8), then attends over the paged cache (dequantize-on-read):
+
+- decode (one new token per sequence): split-KV flash decoding, shaped by the resolved
+  triton_attention_* flags (the reference computes the exact result in one pass and takes none);
+- extend (several new tokens per sequence after a cached prefix): causal attention.
+
+The model's other kernel, RMSNorm, follows the same ``impl`` (see engine.llm.model), so one step
+runs entirely on one implementation. On CPU the Triton kernels run only under the Triton
+interpreter, switched on before the kernels are first imported (engine.llm.server).
 """
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
+
+from kernels.attention import decode_attention, extend_attention
+from kernels.kv_quant import store_kv
+from kernels.launch import INTERPRETER
+from resolver.errors import UsageError
 
 if TYPE_CHECKING:
     from engine.llm.batch import ForwardBatch
     from engine.llm.kv_cache import KVPool
+    from engine.llm.settings import EngineSettings
+
+IMPLS = {"torch_native": "torch", "triton": "triton"}
+"""The kernels/ implementation each attention backend runs."""
 
 
 class AttentionBackend:
-    name = ""
+    """One phase's attention: ``name`` is the resolved backend, ``impl`` the kernels/ implementation."""
 
-    def __init__(self, head_dim: int):
-        self.scale = 1.0 / math.sqrt(head_dim)
+    def __init__(self, name: str, head_dim: int, settings: "EngineSettings", device: torch.device):
+        self.name = name
+        self.impl = IMPLS[name]
+        if self.impl == "triton" and device.type == "cpu" and not INTERPRETER:
+            # Found now rather than at the first request, which would fail in its first kernel.
+            raise UsageError("--attention-backend triton on CPU runs under the Triton interpreter, which "
+                             "this process did not switch on: set TRITON_INTERPRET=1 before the engine "
+                             "starts (accord serve does so), or pass --attention-backend torch_native.")
+        self.scale = head_dim ** -0.5
+        # The split flags shape the Triton decode kernel only; the reference has no splits.
+        self._decode_options = {}
+        if self.impl == "triton":
+            self._decode_options = dict(num_kv_splits=settings.triton_num_kv_splits,
+                                        tile_size=settings.triton_split_tile_size,
+                                        reduce_in_fp32=settings.triton_reduce_in_fp32)
 
-    def extend(self, q: torch.Tensor, pool: "KVPool", layer: int, batch: "ForwardBatch") -> torch.Tensor:
-        raise NotImplementedError
-
-    def decode(self, q: torch.Tensor, pool: "KVPool", layer: int, batch: "ForwardBatch") -> torch.Tensor:
-        raise NotImplementedError
-
-
-class TorchNativeAttention(AttentionBackend):
-    """Gather each sequence's pages, then scaled-dot-product attention with an explicit mask."""
-
-    name = "torch_native"
-
-    def extend(self, q, pool, layer, batch):
-        out = torch.empty_like(q)
-        for i, (start, new, total) in enumerate(zip(batch.extend_starts, batch.extend_lens, batch.seq_lens_list)):
-            pages = -(-total // pool.page_size)
-            k, v = pool.gather(layer, batch.block_table[i, :pages], total)
-            prefix = total - new
-            rows = torch.arange(new, device=q.device)[:, None] + prefix
-            mask = torch.arange(total, device=q.device)[None, :] <= rows
-            out[start:start + new] = self._attend(q[start:start + new].unsqueeze(0), k.unsqueeze(0),
-                                                  v.unsqueeze(0), mask[None]).squeeze(0)
-        return out
-
-    def decode(self, q, pool, layer, batch):
-        length = batch.block_table.shape[1] * pool.page_size
-        k, v = pool.gather(layer, batch.block_table, length)
-        valid = torch.arange(length, device=q.device)[None, :] < batch.seq_lens[:, None]
-        # Slots past a sequence's end hold whatever the page holds (pages are never zeroed); clear
-        # them so a stray NaN cannot leak through 0 * NaN.
-        k = k.masked_fill(~valid[:, :, None, None], 0)
-        v = v.masked_fill(~valid[:, :, None, None], 0)
-        return self._attend(q.unsqueeze(1), k, v, valid[:, None, :]).squeeze(1)
-
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """q [B, Tq, Hq, D], k/v [B, Tk, Hkv, D], mask [B or 1, Tq, Tk] -> [B, Tq, Hq, D]."""
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                             attn_mask=mask.unsqueeze(1), scale=self.scale,
-                                             enable_gqa=q.shape[2] != k.shape[2])
-        return out.transpose(1, 2)
-
-
-class TritonAttention(AttentionBackend):
-    """The Triton kernels of `kernels.attention`, with the resolved triton_attention_* knobs.
-
-    On CPU they run under the Triton interpreter, which must be on before triton is imported
-    (scheduler_process sets TRITON_INTERPRET=1 for such a config).
-    """
-
-    name = "triton"
-
-    def __init__(self, head_dim: int, settings):
-        super().__init__(head_dim)
-        from kernels.attention import decode_attention, extend_attention
-
-        self._decode, self._extend = decode_attention, extend_attention
-        self._decode_options = dict(num_kv_splits=settings.triton_num_kv_splits,
-                                    tile_size=settings.triton_split_tile_size,
-                                    reduce_in_fp32=settings.triton_reduce_in_fp32)
-
-    def extend(self, q, pool, layer, batch):
-        return self._extend(q.contiguous(), pool.k[layer], pool.v[layer], batch.block_table, batch.seq_lens,
-                            batch.extend_lens_tensor, scale=self.scale, k_scale=pool.k_scale,
-                            v_scale=pool.v_scale, max_extend_len=max(batch.extend_lens, default=0),
-                            impl="triton")
-
-    def decode(self, q, pool, layer, batch):
-        return self._decode(q.contiguous(), pool.k[layer], pool.v[layer], batch.block_table, batch.seq_lens,
-                            scale=self.scale, k_scale=pool.k_scale, v_scale=pool.v_scale,
-                            impl="triton", **self._decode_options)
-
-
-
-def make_backend(name: str, head_dim: int, settings) -> AttentionBackend:
-    if name == "triton":
-        return TritonAttention(head_dim, settings)
-    return TorchNativeAttention(head_dim)
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: "KVPool", layer: int,
+                batch: "ForwardBatch") -> torch.Tensor:
+        """Store the new tokens' K/V ([T, kv_heads, D]) at ``batch.out_slots`` of ``layer``, then
+        return the attention of their queries q ([T, q_heads, D]) over the cache, shaped like q."""
+        k_cache, v_cache, scale = pool.k[layer], pool.v[layer], pool.kv_scales[layer]
+        store_kv(k_cache, v_cache, k, v, batch.out_slots, k_scale=scale, v_scale=scale, impl=self.impl)
+        if batch.mode == "decode":
+            return decode_attention(q, k_cache, v_cache, batch.block_table, batch.seq_lens,
+                                    scale=self.scale, k_scale=scale, v_scale=scale, impl=self.impl,
+                                    **self._decode_options)
+        return extend_attention(q, k_cache, v_cache, batch.block_table, batch.seq_lens,
+                                batch.extend_lens_tensor, scale=self.scale, k_scale=scale, v_scale=scale,
+                                max_extend_len=max(batch.extend_lens, default=0), impl=self.impl)

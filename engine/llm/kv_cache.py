@@ -1,35 +1,28 @@
-"""The paged KV pool: its size from the resolved memory budget, its storage dtype, its pages.
+"""The paged KV pool: its size from the resolved memory budget, its storage dtype, its pages, its scales.
 
-Layout (shared with kernels/paged_kv.py): per layer, k and v are
-[num_pages, page_size, num_kv_heads, head_dim]; token t of a sequence lives at flat slot
-`page * page_size + t % page_size` where `page = block_table[t // page_size]`. Page 0 is a scratch
-page that is never handed out: block-table padding points at it, and padded (CUDA-graph) batch
-rows write their K/V there harmlessly.
+Layout: :mod:`kernels.paged_kv` (per layer, k and v are [num_pages, page_size, num_kv_heads,
+head_dim]). Page 0 is a scratch page that is never handed out: block-table padding points at it,
+and padded (CUDA-graph) batch rows write their K/V there harmlessly.
 
-FP8 storage (kv_cache_dtype fp8_e4m3 / fp8_e5m2) keeps value / scale as torch float8 and
-dequantizes on read; without calibrated scales the scale is 1.0, as upstream does.
+This module only owns the memory. Writing K/V into it (quantize-on-write for FP8) and reading it
+(dequantize-on-read) are done by kernels/ through the attention backend of the step's phase
+(:mod:`engine.llm.attention`), so the engine has one write path, whichever backend was resolved.
+
+FP8 storage (kv_cache_dtype fp8_e4m3 / fp8_e5m2) keeps value / scale with one scale per layer,
+for K and V alike: read from the resolved quantization_param_path when there is one, else 1.0
+(the resolver warns about that case, rule kv.fp8.scales).
 """
 
 from __future__ import annotations
 
 import torch
 
+from kernels.kv_quant import load_kv_scales
+from kernels.paged_kv import FP8_DTYPES
 from resolver.errors import UsageError
 
 GIB = 1 << 30
 SCRATCH_PAGE = 0
-
-STORAGE_DTYPES = {
-    "bf16": torch.bfloat16,
-    "bfloat16": torch.bfloat16,
-    "fp8_e4m3": torch.float8_e4m3fn,
-    "fp8_e5m2": torch.float8_e5m2,
-}
-
-
-def storage_dtype(kv_cache_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
-    """'auto' stores K/V in the model's dtype; the other names map to one torch dtype each."""
-    return model_dtype if kv_cache_dtype == "auto" else STORAGE_DTYPES[kv_cache_dtype]
 
 
 def pool_tokens(*, mem_fraction_static: float | None, device_mem_gib: float | None,
@@ -53,21 +46,40 @@ def pool_tokens(*, mem_fraction_static: float | None, device_mem_gib: float | No
     return tokens
 
 
+def layer_kv_scales(quantization_param_path: str | None, dtype: torch.dtype, *, attn_tp_rank: int,
+                    num_layers: int, layers: range) -> list[float]:
+    """The KV scale of each layer in ``layers`` (this pipeline stage's), as upstream applies them.
+
+    Only an FP8 cache is scaled: with a 16-bit cache the file has nothing to apply to and is not
+    read (upstream ignores it too). The file holds scales per TP rank for the KV heads that rank
+    stores, which are the heads of ``attn_tp_rank`` (the TP rank, or under DP attention the rank
+    inside the attention group). A file that cannot serve this model is a UsageError naming it.
+    """
+    if dtype not in FP8_DTYPES or quantization_param_path is None:
+        return [1.0] * len(layers)
+    try:
+        scales = load_kv_scales(quantization_param_path, tp_rank=attn_tp_rank, num_layers=num_layers)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None  # it names the file and what is wrong with it
+    return [scales[layer] for layer in layers]
+
+
 class KVPool:
-    """K and V pages of every layer this rank holds, plus the page allocator."""
+    """K and V pages of every layer this rank holds, their FP8 scales, and the page allocator."""
 
     def __init__(self, *, num_pages: int, page_size: int, num_layers: int, num_kv_heads: int,
-                 head_dim: int, dtype: torch.dtype, model_dtype: torch.dtype, device: torch.device):
+                 head_dim: int, dtype: torch.dtype, device: torch.device,
+                 kv_scales: list[float] | None = None):
         if num_pages < 1:
             raise UsageError(f"the KV cache holds less than one page of {page_size} tokens; raise "
                              "--max-total-tokens / --mem-fraction-static or lower --page-size.")
         self.page_size = page_size
         self.num_pages = num_pages  # usable pages, the scratch page not counted
         self.dtype = dtype
-        self.model_dtype = model_dtype
-        self.is_fp8 = dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
-        self.k_scale = 1.0
-        self.v_scale = 1.0
+        # One scale per layer for K and V (see layer_kv_scales); 1.0 leaves values unscaled.
+        self.kv_scales = [1.0] * num_layers if kv_scales is None else list(kv_scales)
+        if len(self.kv_scales) != num_layers:
+            raise ValueError(f"{len(self.kv_scales)} KV scales given for {num_layers} layers.")
         shape = (num_pages + 1, page_size, num_kv_heads, head_dim)
         # torch.empty: on CPU the OS commits pages only when they are first written.
         self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
@@ -98,27 +110,3 @@ class KVPool:
 
     def release(self, pages: list[int]) -> None:
         self._released.extend(reversed(pages))
-
-    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store new tokens' K/V ([n, heads, dim]) at flat slots [n]."""
-        self.k[layer].view(-1, *k.shape[1:])[slots] = self._to_storage(k, self.k_scale)
-        self.v[layer].view(-1, *v.shape[1:])[slots] = self._to_storage(v, self.v_scale)
-
-    def gather(self, layer: int, block_rows: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """K/V of the first `length` tokens of block-table rows ([pages] or [batch, pages]), in
-        token order ([.., length, heads, dim]) and in the model dtype."""
-        page_dim = block_rows.dim() - 1
-        k = self.k[layer][block_rows].flatten(page_dim, page_dim + 1)[..., :length, :, :]
-        v = self.v[layer][block_rows].flatten(page_dim, page_dim + 1)[..., :length, :, :]
-        return self._from_storage(k, self.k_scale), self._from_storage(v, self.v_scale)
-
-    def _to_storage(self, x: torch.Tensor, scale: float) -> torch.Tensor:
-        if self.is_fp8:
-            limit = torch.finfo(self.dtype).max  # out-of-range values would become NaN, not saturate
-            return (x.float() / scale).clamp(-limit, limit).to(self.dtype)
-        return x.to(self.dtype)
-
-    def _from_storage(self, x: torch.Tensor, scale: float) -> torch.Tensor:
-        if self.is_fp8:
-            return (x.float() * scale).to(self.model_dtype)
-        return x if x.dtype == self.model_dtype else x.to(self.model_dtype)

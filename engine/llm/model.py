@@ -5,6 +5,13 @@ row-parallel ones (o, down) keep 1/n of the input features and sum the partial o
 ranks. Attention heads are split over the attention ranks (the TP group, or a DP-attention group);
 the MLP is always split over the whole TP group. Embeddings and the LM head are small here and
 replicated. Weights are loaded by their HF names, each rank taking only its shard.
+
+RMSNorm is kernels.rmsnorm.rms_norm, run by the implementation of the step's attention backend
+(Triton for a triton phase, the torch reference for torch_native), like the KV writes and the
+attention: a step computes on one implementation, so triton and torch_native differ only by the
+rounding their kernels document. It fits the layer as it stands: the norm after attention is also
+where the residual is added, which the kernel fuses (one pass instead of add, reduce, scale); the
+other norms take no residual. Both implementations normalise in fp32 and round once.
 """
 
 from __future__ import annotations
@@ -15,17 +22,13 @@ import torch
 import torch.nn.functional as F
 
 from engine.llm.model_config import ModelConfig
+from kernels.rmsnorm import rms_norm
 
 if TYPE_CHECKING:
     from engine.llm.attention import AttentionBackend
     from engine.llm.batch import ForwardBatch
     from engine.llm.kv_cache import KVPool
     from engine.llm.parallel import Comm
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    variance = x.float().pow(2).mean(-1, keepdim=True)
-    return (x.float() * torch.rsqrt(variance + eps)).to(x.dtype) * weight
 
 
 class RotaryEmbedding:
@@ -57,6 +60,7 @@ class StepContext:
         self.batch = batch
         self.pool = pool
         self.attention = attention
+        self.impl = attention.impl  # the kernels/ implementation every kernel of this step runs
         self.cos = self.sin = None  # rotary angles of the batch's positions, set by the model
 
 
@@ -89,8 +93,8 @@ class DecoderLayer:
         return [self.qkv, self.o, self.gate_up, self.down, self.input_norm, self.post_norm]
 
     def forward(self, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
-        c, batch = self.config, ctx.batch
-        h = rms_norm(x, self.input_norm, c.rms_norm_eps)
+        c = self.config
+        h = rms_norm(x, self.input_norm, c.rms_norm_eps, impl=ctx.impl)
         qkv = F.linear(h, self.qkv)
         q_size, kv_size = self.heads * c.head_dim, self.kv_heads * c.head_dim
         q = qkv[:, :q_size].reshape(-1, self.heads, c.head_dim)
@@ -98,13 +102,9 @@ class DecoderLayer:
         v = qkv[:, q_size + kv_size:].reshape(-1, self.kv_heads, c.head_dim)
         q = RotaryEmbedding.rotate(q, ctx.cos, ctx.sin)
         k = RotaryEmbedding.rotate(k, ctx.cos, ctx.sin)
-        ctx.pool.write(self.pool_index, batch.out_slots, k, v)
-        if batch.mode == "decode":
-            attn = ctx.attention.decode(q, ctx.pool, self.pool_index, batch)
-        else:
-            attn = ctx.attention.extend(q, ctx.pool, self.pool_index, batch)
-        x = x + self.comm.attn_all_reduce(F.linear(attn.reshape(-1, q_size), self.o))
-        h = rms_norm(x, self.post_norm, c.rms_norm_eps)
+        attn = ctx.attention.forward(q, k, v, ctx.pool, self.pool_index, ctx.batch)
+        attn = self.comm.attn_all_reduce(F.linear(attn.reshape(-1, q_size), self.o))
+        h, x = rms_norm(attn, self.post_norm, c.rms_norm_eps, residual=x, impl=ctx.impl)
         h_all, own = self.comm.gather_attention_groups(h)
         gate, up = F.linear(h_all, self.gate_up).chunk(2, dim=-1)
         mlp = self.comm.tp_all_reduce(F.linear(F.silu(gate) * up, self.down))
@@ -154,7 +154,7 @@ class LlamaStage:
             x = layer.forward(x, ctx)
         if not self.comm.is_last_stage:
             return x
-        x = rms_norm(x[ctx.batch.sample_index], self.norm, self.config.rms_norm_eps)
+        x = rms_norm(x[ctx.batch.sample_index], self.norm, self.config.rms_norm_eps, impl=ctx.impl)
         return F.linear(x, self.lm_head).float()
 
 

@@ -2,21 +2,24 @@
 
 Sizing follows upstream: load the weights first, then give the KV pool what is left of the static
 budget (or --max-total-tokens), agreed as the minimum over all ranks so every rank's scheduler sees
-the same pool. On CUDA, decode steps replay CUDA graphs captured at the resolved batch sizes.
+the same pool, whose FP8 scales come from the resolved quantization_param_path
+(kv_cache.layer_kv_scales). On CUDA, decode steps replay CUDA graphs captured at the resolved
+batch sizes.
 """
 
 from __future__ import annotations
 
 import torch
 
-from engine.llm.attention import make_backend
+from engine.llm.attention import AttentionBackend
 from engine.llm.batch import ForwardBatch
-from engine.llm.kv_cache import KVPool, pool_tokens, storage_dtype
+from engine.llm.kv_cache import KVPool, layer_kv_scales, pool_tokens
 from engine.llm.model import LlamaStage, StepContext
 from engine.llm.model_config import ModelConfig, context_length
 from engine.llm.parallel import Comm
 from engine.llm.settings import EngineSettings
 from engine.llm.weights import weight_source
+from kernels.kv_quant import cache_dtype
 from resolver.errors import UsageError
 
 DTYPES = {"half": torch.float16, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -41,8 +44,10 @@ class ModelRunner:
         self.stage = LlamaStage(config, comm, self.dtype, self.device, self.context_length)
         self.stage.load(weight_source(settings.model_path, settings.load_format, config, settings.random_seed))
         self.pool = self._make_pool()
-        self.prefill_attention = make_backend(settings.prefill_attention_backend, config.head_dim, settings)
-        self.decode_attention = make_backend(settings.decode_attention_backend, config.head_dim, settings)
+        self.prefill_attention = AttentionBackend(settings.prefill_attention_backend, config.head_dim,
+                                                  settings, self.device)
+        self.decode_attention = AttentionBackend(settings.decode_attention_backend, config.head_dim,
+                                                 settings, self.device)
         self.graphs = None
         if settings.cuda_graph_bs_decode and self.device.type == "cuda" and comm.pp_size == 1 \
                 and not comm.dp_attention:
@@ -52,17 +57,19 @@ class ModelRunner:
 
     def _make_pool(self) -> KVPool:
         s, c = self.settings, self.config
-        kv_dtype = storage_dtype(s.kv_cache_dtype, self.dtype)
+        kv_dtype = cache_dtype(s.kv_cache_dtype, self.dtype)
         kv_heads = c.num_kv_heads // self.comm.attn_tp_size
         element = torch.empty((), dtype=kv_dtype).element_size()
         bytes_per_token = 2 * self.stage.num_layers * kv_heads * c.head_dim * element
         tokens = pool_tokens(mem_fraction_static=s.mem_fraction_static, device_mem_gib=s.device_mem_gib,
                              max_total_tokens=s.max_total_tokens,
                              weight_bytes=self.stage.weight_bytes(), bytes_per_token=bytes_per_token)
+        scales = layer_kv_scales(s.quantization_param_path, kv_dtype, attn_tp_rank=self.comm.attn_tp_rank,
+                                 num_layers=c.num_layers, layers=range(self.stage.first, self.stage.last))
         tokens = self.comm.min_over_world(tokens)
         return KVPool(num_pages=tokens // s.page_size, page_size=s.page_size,
                       num_layers=self.stage.num_layers, num_kv_heads=kv_heads, head_dim=c.head_dim,
-                      dtype=kv_dtype, model_dtype=self.dtype, device=self.device)
+                      dtype=kv_dtype, device=self.device, kv_scales=scales)
 
     def max_running_requests(self) -> int:
         """--max-running-requests, or upstream's default derived from the pool size."""

@@ -50,8 +50,6 @@ def run_scheduler(config_data: dict, rank: Rank, endpoints: Endpoints) -> None:
     settings = EngineSettings.from_config(ResolvedConfig.from_dict(config_data))
     if settings.device_type == "cpu":
         torch.set_num_threads(cpu_threads(settings))
-        if "triton" in (settings.prefill_attention_backend, settings.decode_attention_backend):
-            os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton runs on CPU only interpreted
     worker = Worker(settings, rank, endpoints.dist_init_methods[rank.world])
     comm = worker.comm
     inbox = outbox = None

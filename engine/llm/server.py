@@ -8,6 +8,7 @@ ranks, all under one ProcessGroup: if any of them dies, all of them stop and the
 
 from __future__ import annotations
 
+import os
 import sys
 
 from engine.llm.detokenizer import run_detokenizer
@@ -22,7 +23,12 @@ from resolver.frozen import ResolvedConfig
 
 def run_scheduler_rank(config_data: dict, rank, endpoints) -> None:
     """Entry point of a scheduler rank. Importing torch here, in the child, keeps it out of the
-    parent (and of the front end and detokenizer), so the ranks start sooner."""
+    parent (and of the front end and detokenizer), so the ranks start sooner.
+
+    Triton fixes interpreter-or-GPU when a kernel module is first imported, which the import below
+    does; so a CPU rank that runs Triton kernels switches the interpreter on before it."""
+    if EngineSettings.from_config(ResolvedConfig.from_dict(config_data)).triton_interpreted:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     from engine.llm.scheduler_process import run_scheduler
 
     run_scheduler(config_data, rank, endpoints)

@@ -113,6 +113,7 @@ class EngineSettings:
     context_length: int | None
     skip_tokenizer_init: bool
     kv_cache_dtype: str
+    quantization_param_path: str | None
     page_size: int
     mem_fraction_static: float | None
     device_mem_gib: float | None
@@ -135,6 +136,12 @@ class EngineSettings:
     @property
     def device_type(self) -> str:
         return "cpu" if self.platform == "cpu" else "cuda"
+
+    @property
+    def triton_interpreted(self) -> bool:
+        """Does a phase run the Triton kernels on CPU, which only the Triton interpreter can?"""
+        return self.device_type == "cpu" and "triton" in (self.prefill_attention_backend,
+                                                          self.decode_attention_backend)
 
     def device_for(self, rank: Rank) -> str:
         """cpu, or cuda:<base_gpu_id + node_index * gpu_id_step>."""
@@ -175,6 +182,7 @@ class EngineSettings:
             context_length=v.get("context_length"),
             skip_tokenizer_init=bool(v.get("skip_tokenizer_init")),
             kv_cache_dtype=_choice(v, "kv_cache_dtype", KV_CACHE_DTYPES),
+            quantization_param_path=v.get("quantization_param_path"),
             page_size=_positive(v, "page_size"),
             mem_fraction_static=mem_fraction, device_mem_gib=device_mem,
             max_total_tokens=max_total_tokens,

@@ -43,8 +43,8 @@ def print_conflict(err: ConflictError, as_json: bool) -> int:
     if as_json:
         print(json.dumps(err.to_dict(), indent=2, sort_keys=True))
     else:
-        from resolver.proof import render_conflict
-        print(render_conflict(err, color=sys.stderr.isatty()), file=sys.stderr)
+        from resolver.proof import render_conflict, wants_color
+        print(render_conflict(err, color=wants_color(sys.stderr)), file=sys.stderr)
     return EXIT_CONFLICT
 
 
