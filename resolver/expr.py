@@ -38,6 +38,7 @@ class Env(Protocol):
     def flag(self, name: str) -> Any: ...
     def fact(self, key: str) -> Any: ...
     def is_set(self, name: str) -> bool: ...
+    def user_value(self, name: str) -> Any: ...
 
 
 Compiled = Callable[[Env], Any]
@@ -81,8 +82,10 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "contains": lambda s, part: s is not None and part in s,
     "lower": lambda s: s.lower() if isinstance(s, str) else s,
     "pow2_floor": _pow2_floor,
+    "range": lambda start, stop, step=1: list(range(int(start), int(stop), int(step))),
+    "upto": lambda items, limit: [x for x in items if limit is None or x <= limit],
 }
-SPECIAL_FORMS = ("known", "is_set")
+SPECIAL_FORMS = ("known", "is_set", "user_value")
 
 
 def _ordered(op):
@@ -281,12 +284,15 @@ class _Compiler:
         target = dotted_name(node.args[0]) if len(node.args) == 1 else None
         if target is None:
             raise ExpressionError(f"{name}() takes one flag or fact name (in {self.source!r})")
-        if name == "is_set":
-            # Whether the user typed a flag is fixed before solving: not a read of its value.
+        if name in ("is_set", "user_value"):
+            # What the user typed is fixed before solving: not a read of a resolved value, so no
+            # dependency (a default may read the user's list of the flag it is derived from).
             if "." in target or target in TOP_LEVEL_FACTS:
-                raise ExpressionError(f"is_set() takes a flag name, not {target!r} (in {self.source!r})")
+                raise ExpressionError(f"{name}() takes a flag name, not {target!r} (in {self.source!r})")
             self.set_checks.add(target)
-            return lambda env: env.is_set(target)
+            if name == "is_set":
+                return lambda env: env.is_set(target)
+            return lambda env: env.user_value(target)
         read = self._name(target)
 
         def known(env):

@@ -65,7 +65,7 @@ def check_values(catalog: Catalog, ruleset: RuleSet) -> list[str]:
         pairs = [p for e in rule.expressions() for p in _literal_comparisons(e)]
         if rule.kind == "prefer":
             pairs += [(rule.flag, c.value) for c in rule.values]
-        if rule.kind == "default" and rule.value is not None and not rule.value.flags and not rule.value.facts:
+        if rule.kind == "default" and rule.value is not None and not (rule.value.flags or rule.value.facts or rule.value.set_checks):
             pairs.append((rule.flag, rule.value(None)))
         for name, value in pairs:
             if name not in catalog:

@@ -53,6 +53,9 @@ class Env:
     def is_set(self, name: str) -> bool:
         return name in self.user
 
+    def user_value(self, name: str) -> Any:
+        return self.user.get(name)
+
     def flag(self, name: str) -> Any:
         if name in self.user:
             return self.user[name]

@@ -162,6 +162,15 @@ def test_lpm_policy_reorders_but_does_not_change_outputs(reference):
     assert generate(worker) == reference
 
 
+def prefill_then_decode(worker: Worker, prompt: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits of one decode step after the prompt's prefill, and the flat cache rows of the prompt."""
+    pages = worker.runner.pool.alloc(-(-(len(prompt) + 1) // 16))
+    worker.runner.forward(build_batch([SeqSlice(prompt, 0, pages, True)], 16, torch.device("cpu")))
+    decode = build_batch([SeqSlice([65], len(prompt), pages, True)], 16, torch.device("cpu"))
+    rows = torch.tensor([pages[t // 16] * 16 + t % 16 for t in range(len(prompt))])
+    return worker.runner.forward(decode)[0], rows
+
+
 def test_fp8_kv_cache_stays_close_to_bf16():
     prompt = encode(PROMPTS[0])
     logits = {}
@@ -169,15 +178,34 @@ def test_fp8_kv_cache_stays_close_to_bf16():
         worker = make_worker(kv_cache_dtype=kv, disable_radix_cache=True)
         assert worker.runner.pool.k[0].dtype == {"bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn,
                                                  "fp8_e5m2": torch.float8_e5m2}[kv]
-        pages = worker.runner.pool.alloc(-(-(len(prompt) + 1) // 16))
-        worker.runner.forward(build_batch([SeqSlice(prompt, 0, pages, True)], 16, torch.device("cpu")))
-        decode = build_batch([SeqSlice([65], len(prompt), pages, True)], 16, torch.device("cpu"))
-        logits[kv] = worker.runner.forward(decode)[0]
+        logits[kv], _ = prefill_then_decode(worker, prompt)
     scale = logits["bf16"].abs().max()
     assert (logits["fp8_e4m3"] - logits["bf16"]).abs().max() / scale < 0.05
     assert (logits["fp8_e5m2"] - logits["bf16"]).abs().max() / scale < 0.1
     assert not torch.equal(logits["fp8_e4m3"], logits["bf16"]), "fp8 storage must actually be used"
     assert logits["fp8_e4m3"].argmax() == logits["fp8_e5m2"].argmax() == logits["bf16"].argmax()
+
+
+def test_fp8_kv_scales_file_divides_what_is_stored_and_multiplies_what_is_read(tmp_path):
+    scales = [0.3, 0.7]  # per layer; not powers of two, so the stored bytes really change
+    path = tmp_path / "kv_scales.json"
+    path.write_text(json.dumps({"kv_cache": {"scaling_factor": {"0": {"0": scales[0], "1": scales[1]}}}}))
+    prompt = encode(PROMPTS[0])
+    runs = {}
+    for name, extra in {"bf16": {"kv_cache_dtype": "bf16"}, "unscaled": {"kv_cache_dtype": "fp8_e4m3"},
+                        "scaled": {"kv_cache_dtype": "fp8_e4m3", "quantization_param_path": str(path)}}.items():
+        worker = make_worker(disable_radix_cache=True, **extra)
+        logits, rows = prefill_then_decode(worker, prompt)
+        pool = worker.runner.pool
+        runs[name] = logits, pool.kv_scales, pool.k[0].view(-1, *pool.k[0].shape[2:])[rows]
+    assert runs["scaled"][1] == scales and runs["unscaled"][1] == [1.0, 1.0]
+    # Written: layer 0's K (the same values in both runs) is stored as K / scale, in other bytes.
+    scaled_k, unscaled_k = runs["scaled"][2], runs["unscaled"][2]
+    assert not torch.equal(scaled_k.view(torch.uint8), unscaled_k.view(torch.uint8))
+    torch.testing.assert_close(scaled_k.float() * scales[0], unscaled_k.float(), rtol=0.13, atol=2 ** -8)
+    # Read: multiplied back by the scale, or attention would see K and V 1/0.3 and 1/0.7 times too large.
+    reference = runs["bf16"][0]
+    assert (runs["scaled"][0] - reference).abs().max() / reference.abs().max() < 0.05
 
 
 def test_seeded_sampling_does_not_depend_on_batch_mates():

@@ -20,8 +20,9 @@ def settings(facts=None, **overrides) -> EngineSettings:
 
 def test_resolved_values_are_taken_as_they_are():
     s = settings(tp_size=2, page_size=64, kv_cache_dtype="fp8_e4m3", chunked_prefill_size=512,
-                 decode_attention_backend="triton", schedule_policy="lpm")
+                 decode_attention_backend="triton", schedule_policy="lpm", quantization_param_path="kv.json")
     assert (s.topology.tp_size, s.page_size, s.kv_cache_dtype, s.chunked_prefill_size) == (2, 64, "fp8_e4m3", 512)
+    assert s.quantization_param_path == "kv.json" and settings().quantization_param_path is None
     assert (s.prefill_attention_backend, s.decode_attention_backend) == ("torch_native", "triton")
     assert s.device_mem_gib == 8.0, "CPU ranks of one node share the host RAM"
     assert settings(chunked_prefill_size=-1).chunked_prefill_size is None
@@ -58,6 +59,8 @@ def test_facts_must_describe_a_platform_and_memory_the_engine_can_use():
     with pytest.raises(UsageError, match="--cuda-graph-bs-decode"):
         settings({"platform": "cuda", "gpu.mem_gib": 80})
     assert settings({"platform": "cuda", "gpu.mem_gib": 80}, disable_cuda_graph=True).cuda_graph_bs_decode == ()
+    eager_decode = settings({"platform": "cuda", "gpu.mem_gib": 80}, cuda_graph_backend_decode="disabled")
+    assert eager_decode.cuda_graph_bs_decode == ()
 
 
 def test_rank_layout_without_and_with_dp_attention():
@@ -74,3 +77,10 @@ def test_rank_layout_without_and_with_dp_attention():
 def test_each_node_starts_only_its_own_ranks():
     node1 = Topology(tp_size=4, pp_size=1, dp_size=1, dp_attention=False, nnodes=2, node_rank=1)
     assert [(r.tp, r.node_index) for r in node1.ranks_on_this_node()] == [(2, 0), (3, 1)]
+
+
+def test_only_a_cpu_rank_that_runs_triton_needs_the_interpreter():
+    assert settings(decode_attention_backend="triton").triton_interpreted
+    assert not settings().triton_interpreted
+    gpu = settings({"platform": "cuda", "gpu.mem_gib": 80}, attention_backend="triton", disable_cuda_graph=True)
+    assert not gpu.triton_interpreted

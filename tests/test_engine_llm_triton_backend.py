@@ -6,7 +6,13 @@ phase's backend, so each case below compares the two backends end to end: 16-bit
 model's dtype (fp16, bf16), FP8 e4m3 caches with scale 1.0 and with per-layer scales from a
 quantization_param_path file, a one-token page size, and a triton decode after a torch_native
 prefill. The engine runs in one subprocess for all cases, because the interpreter must be switched
-on before triton is first imported (see tests/test_kernels_isolated.py).
+on before triton is first imported (see tests/test_kernels_isolated.py); `accord serve` does that
+in its rank processes, which the last tests check.
+
+Equal greedy tokens need the two implementations' rounding differences (documented in kernels/)
+to stay below the gap between the top two logits. The FP8 cases compute in fp32: with bf16
+activations, one FP8 step of difference in a stored K moved a bf16 logit by one bf16 step, and the
+top two logits of a prompt were one bf16 step apart.
 """
 
 from __future__ import annotations
@@ -18,7 +24,16 @@ import sys
 import textwrap
 from pathlib import Path
 
+import httpx
 import pytest
+
+from engine.llm.settings import EngineSettings
+from engine.llm.worker import Worker
+from kernels.launch import INTERPRETER
+from resolver.catalog import load_catalog
+from resolver.errors import UsageError
+from resolver.frozen import ResolvedConfig
+from tests.test_engine_llm_server import Server, server_config
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -57,7 +72,7 @@ SCRIPT = textwrap.dedent("""
         worker = Worker(settings, settings.topology.all_ranks()[0])
         runner = worker.runner
         pending = [{"type": "generate", "rid": p, "input_ids": [256, *p.encode()], "stream": False,
-                    "sampling": {"max_new_tokens": 4, "temperature": 0.0, "ignore_eos": True}}
+                    "sampling": {"max_new_tokens": 3, "temperature": 0.0, "ignore_eos": True}}
                    for p in prompts]
         tokens = {}
         while pending or worker.has_work():
@@ -113,3 +128,40 @@ def test_phases_run_the_backend_resolved_for_each(generated):
     mixed = generated["triton_decode_after_torch_native_prefill"]["triton"]
     assert mixed["backends"] == ["torch_native", "triton"]
     assert mixed["tokens"] == generated["bf16_kv"]["torch_native"]["tokens"]
+
+
+
+def test_a_served_triton_config_runs_its_ranks_under_the_interpreter(tmp_path):
+    """`accord serve` switches the interpreter on in a CPU rank before the kernels are imported
+    (this pytest process has it off), and the served tokens are the torch_native ones."""
+    config = server_config(attention_backend="triton", triton_attention_num_kv_splits=2)
+    sampling = {"max_new_tokens": 3, "temperature": 0.0, "ignore_eos": True}
+    reference = {**config.values, "attention_backend": "torch_native",
+                 "prefill_attention_backend": "torch_native", "decode_attention_backend": "torch_native"}
+    settings = EngineSettings.from_config(ResolvedConfig("llm", config.facts, reference))
+    worker = Worker(settings, settings.topology.all_ranks()[0])
+    pending, expected = [{"type": "generate", "rid": "r", "input_ids": [256, *b"served"], "stream": False,
+                          "sampling": sampling}], None
+    while pending or worker.has_work():
+        expected = next((item["ids"] for item in worker.step(pending)), expected)
+        pending = []
+    srv = Server(config, tmp_path)
+    try:
+        info = httpx.get(f"{srv.url}/server_info", timeout=60).json()
+        response = httpx.post(f"{srv.url}/generate", json={"text": "served", "sampling_params": sampling},
+                              timeout=120)
+    finally:
+        assert srv.stop() == 0
+    assert info["runtime"]["dp0"]["attention_backend"] == {"prefill": "triton", "decode": "triton"}
+    assert response.status_code == 200, response.text
+    assert response.json()["output_ids"] == expected
+
+
+def test_triton_on_cpu_without_the_interpreter_is_refused_at_start():
+    if INTERPRETER:
+        pytest.skip("this process runs Triton under the interpreter")
+    values = {**load_catalog("llm").defaults(), "attention_backend": "triton", "max_total_tokens": 64, "page_size": 4,
+              "mem_fraction_static": None, "random_seed": 0}
+    settings = EngineSettings.from_config(ResolvedConfig("llm", {"platform": "cpu"}, values))
+    with pytest.raises(UsageError, match="TRITON_INTERPRET=1"):
+        Worker(settings, settings.topology.all_ranks()[0])

@@ -20,6 +20,9 @@ class Env:
     def is_set(self, name):
         return name in self.user
 
+    def user_value(self, name):
+        return self.flags.get(name) if name in self.user else None
+
 
 def test_names_split_into_flags_and_facts():
     expr = parse("tp_size % dp_size == 0 and gpu.sm >= 90 and platform == 'cuda'")
@@ -40,6 +43,7 @@ def test_names_split_into_flags_and_facts():
     ("contains(model.architecture, 'V3')", True),
     ("known(gpu.sm) and not known(model.head_dim)", True),
     ("is_set(tp_size) and not is_set(dp_size)", True),
+    ("user_value(tp_size) == 8 and user_value(attention_backend) is None", True),
     ("version(cuda) >= version('12.8')", True),
     ("version(torch) < version('2.8')", False),
     ("-tp_size", -8),

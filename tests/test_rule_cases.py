@@ -76,8 +76,9 @@ def test_rule_case(system, rule_id, mode, case, monkeypatch):
         named = config.provenance[rule.flag].get("rule") == rule_id
         detail = f"{rule.flag} = {config.values[rule.flag]!r} from {dict(config.provenance[rule.flag])}"
     assert named == (mode == "fires"), f"{rule_id} expected to {'fire' if mode == 'fires' else 'stay quiet'}: {detail}"
+    values = config.to_dict()["values"] if config is not None else {}
     for flag, value in (case.get("expect") or {}).items():
-        assert config is not None and config.values[flag] == value, f"{flag}: {detail}"
+        assert config is not None and values[flag] == value, f"{flag}: {detail}"
 
 
 @pytest.mark.parametrize("system", SYSTEMS)

@@ -10,7 +10,8 @@ Modules, each with one job:
 - `settings`: what the engine reads from the resolved config, checked once;
 - `model_config`, `weights`, `model`: the Llama-style decoder, sharded by TP and PP;
 - `parallel`: torch.distributed groups and collectives; `kv_cache`, `radix_cache`: the paged KV
-  pool and prefix sharing; `attention`: the torch_native and triton backends;
+  pool and prefix sharing; `attention`: the torch_native and triton backends (kernels/ with
+  impl "torch" or "triton": KV writes, attention and, in `model`, RMSNorm);
 - `batch`, `model_runner`, `cuda_graph`, `sampling`, `sampling_params`: one forward step and
   its tokens;
 - `scheduler`: the batching policy; `worker`: one rank's step, kept in lockstep with its group;

@@ -12,6 +12,8 @@ from typing import Sequence
 
 import torch
 
+from kernels.paged_kv import flat_slots
+
 
 @dataclasses.dataclass
 class SeqSlice:
@@ -48,16 +50,14 @@ class ForwardBatch:
 
 def build_batch(seqs: Sequence[SeqSlice], page_size: int, device: torch.device,
                 scratch_page: int = 0) -> ForwardBatch:
-    ids, positions, slots, starts, lens, totals, sample_rows = [], [], [], [], [], [], []
-    for s in seqs:
+    ids, positions, owners, starts, lens, totals, sample_rows = [], [], [], [], [], [], []
+    for index, s in enumerate(seqs):
         starts.append(len(ids))
         lens.append(len(s.token_ids))
         totals.append(s.prefix_len + len(s.token_ids))
-        for offset, token in enumerate(s.token_ids):
-            pos = s.prefix_len + offset
-            ids.append(token)
-            positions.append(pos)
-            slots.append(s.pages[pos // page_size] * page_size + pos % page_size)
+        ids.extend(s.token_ids)
+        positions.extend(range(s.prefix_len, s.prefix_len + len(s.token_ids)))
+        owners.extend([index] * len(s.token_ids))
         if s.sample:
             sample_rows.append(len(ids) - 1)
     # Only the pages holding cached tokens; rows are padded with the scratch page.
@@ -69,8 +69,11 @@ def build_batch(seqs: Sequence[SeqSlice], page_size: int, device: torch.device,
         return torch.tensor(values, dtype=torch.int64, device=device)
 
     mode = "decode" if seqs and all(n == 1 for n in lens) else "extend"
-    return ForwardBatch(mode=mode, input_ids=as_long(ids), positions=as_long(positions),
-                        out_slots=as_long(slots), extend_lens_tensor=as_long(lens),
-                        block_table=as_long(table).reshape(len(seqs), max_pages),
+    block_table = as_long(table).reshape(len(seqs), max_pages)
+    position_tensor = as_long(positions)
+    # Where each new token's K/V goes: the cache row its position maps to through the block table.
+    out_slots = flat_slots(block_table, as_long(owners), position_tensor, page_size)
+    return ForwardBatch(mode=mode, input_ids=as_long(ids), positions=position_tensor,
+                        out_slots=out_slots, extend_lens_tensor=as_long(lens), block_table=block_table,
                         seq_lens=as_long(totals), extend_starts=starts, extend_lens=lens,
                         seq_lens_list=totals, sample_index=as_long(sample_rows))

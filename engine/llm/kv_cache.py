@@ -1,4 +1,4 @@
-"""The paged KV pool: its size from the resolved memory budget, its storage dtype, its pages, its scales.
+"""The paged KV pool: sized from the resolved memory budget, with its storage dtype, pages and scales.
 
 Layout: :mod:`kernels.paged_kv` (per layer, k and v are [num_pages, page_size, num_kv_heads,
 head_dim]). Page 0 is a scratch page that is never handed out: block-table padding points at it,

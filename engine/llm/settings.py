@@ -286,8 +286,11 @@ def _device_memory_gib(facts: Mapping[str, Any], platform: str, topology: Topolo
 
 
 def _graph_batch_sizes(v: Mapping[str, Any], platform: str) -> tuple[int, ...]:
-    """Decode batch sizes to capture as CUDA graphs; none on CPU or when graphs are disabled."""
-    if platform == "cpu" or v.get("disable_cuda_graph") or v.get("disable_decode_cuda_graph"):
+    """Decode batch sizes to capture as CUDA graphs; none on CPU or when graphs are disabled (the
+    resolver disables the decode graph of a backend that cannot be captured, such as torch_native,
+    whose torch references synchronise with the host)."""
+    if platform == "cpu" or v.get("disable_cuda_graph") or v.get("disable_decode_cuda_graph") \
+            or v.get("cuda_graph_backend_decode") == "disabled":
         return ()
     sizes = _required(v, "cuda_graph_bs_decode")
     return tuple(sorted({int(s) for s in sizes}))

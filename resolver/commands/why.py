@@ -48,8 +48,8 @@ def main(argv: list[str]) -> int:
     if unknown:
         import difflib
         hints = [difflib.get_close_matches(t, plan.catalog.flags, n=1) for t in unknown]
-        suggestions = "".join(f" Did you mean {h[0]}?" for h in hints if h)
-        raise UsageError(f"unknown {parsed.system} flag(s) {unknown}.{suggestions} "
+        suggestions = "".join(f"; did you mean {h[0]}?" for h in hints if h) or "."
+        raise UsageError(f"unknown {parsed.system} flag(s) {unknown}{suggestions} "
                          f"See `accord flags --system {parsed.system}`.")
     try:
         config = resolve(parsed.system, parsed.values, facts, parsed.sources, relax=opts.relax)
