@@ -7,7 +7,6 @@ request is well-formed but no legal configuration exists.
 
 from __future__ import annotations
 
-EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_CONFLICT = 3
 

@@ -1,8 +1,8 @@
 """The rule graph (networkx): flags, facts and rules as nodes; who reads and who sets what as edges.
 
-It serves three purposes: lint (cycles among defaults, unknown names), export (`accord rules
---graph dot|json`) and `accord why` (the chain behind a value). The solver itself does not need
-networkx at resolve time; it evaluates defaults lazily, which follows the same edges.
+It serves lint (cycles among defaults) and export (`accord rules --graph dot|json`). The solver
+itself does not need networkx at resolve time: it evaluates defaults lazily, which follows the same
+edges, so a cold `accord resolve` never imports it.
 """
 
 from __future__ import annotations
@@ -45,11 +45,6 @@ def build_graph(catalog: Catalog, ruleset: RuleSet) -> nx.DiGraph:
     return graph
 
 
-def default_cycles(graph: nx.DiGraph) -> list[list[str]]:
-    """Cycles through value-setting rules (a flag's default that, via rules, depends on itself)."""
-    return [sorted(cycle) for cycle in nx.simple_cycles(graph)]
-
-
 def export(graph: nx.DiGraph, fmt: str) -> str:
     """The graph as Graphviz dot or node-link JSON, with nodes and edges in sorted order."""
     nodes = sorted(graph.nodes)
@@ -67,9 +62,3 @@ def export(graph: nx.DiGraph, fmt: str) -> str:
         lines.append(f'  "{a}" -> "{b}";')
     lines.append("}")
     return "\n".join(lines)
-
-
-def upstream_chain(graph: nx.DiGraph, flag: str) -> nx.DiGraph:
-    """Everything a flag's value can depend on: the ancestors of its node."""
-    node = flag_node(flag)
-    return graph.subgraph(nx.ancestors(graph, node) | {node})

@@ -33,10 +33,8 @@ class ForwardBatch:
     out_slots: torch.Tensor          # [T] flat KV slot of each new token
     block_table: torch.Tensor        # [B, max_pages] page ids, padded with the scratch page
     seq_lens: torch.Tensor           # [B] cached tokens after this step
-    extend_starts: list[int]         # offset of each sequence's first new token in [T]
     extend_lens: list[int]
     extend_lens_tensor: torch.Tensor  # [B], for kernels
-    seq_lens_list: list[int]
     sample_index: torch.Tensor       # [S] row in [T] of the last token of each sampling sequence
 
     @property
@@ -50,9 +48,8 @@ class ForwardBatch:
 
 def build_batch(seqs: Sequence[SeqSlice], page_size: int, device: torch.device,
                 scratch_page: int = 0) -> ForwardBatch:
-    ids, positions, owners, starts, lens, totals, sample_rows = [], [], [], [], [], [], []
+    ids, positions, owners, lens, totals, sample_rows = [], [], [], [], [], []
     for index, s in enumerate(seqs):
-        starts.append(len(ids))
         lens.append(len(s.token_ids))
         totals.append(s.prefix_len + len(s.token_ids))
         ids.extend(s.token_ids)
@@ -75,5 +72,4 @@ def build_batch(seqs: Sequence[SeqSlice], page_size: int, device: torch.device,
     out_slots = flat_slots(block_table, as_long(owners), position_tensor, page_size)
     return ForwardBatch(mode=mode, input_ids=as_long(ids), positions=position_tensor,
                         out_slots=out_slots, extend_lens_tensor=as_long(lens), block_table=block_table,
-                        seq_lens=as_long(totals), extend_starts=starts, extend_lens=lens,
-                        seq_lens_list=totals, sample_index=as_long(sample_rows))
+                        seq_lens=as_long(totals), extend_lens=lens, sample_index=as_long(sample_rows))

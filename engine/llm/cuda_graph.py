@@ -37,8 +37,7 @@ class StaticDecode:
             mode="decode", input_ids=zeros(size), positions=zeros(size),
             out_slots=zeros(size) + SCRATCH_PAGE * page_size,
             block_table=zeros(size, self.max_pages) + SCRATCH_PAGE, seq_lens=zeros(size) + 1,
-            extend_starts=list(range(size)), extend_lens=[1] * size, extend_lens_tensor=zeros(size) + 1,
-            seq_lens_list=[1] * size,
+            extend_lens=[1] * size, extend_lens_tensor=zeros(size) + 1,
             sample_index=torch.arange(size, device=runner.device))
 
     def load(self, batch: ForwardBatch) -> None:
