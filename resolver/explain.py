@@ -125,10 +125,12 @@ def _fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
         if not rule.fix:
             continue
         try:
-            changes = tuple((flag, expr(env)) for flag, expr in rule.fix)
+            values = [(flag, expr(env)) for flag, expr in rule.fix]
         except UnknownFact:
             continue
-        proposals.append(Fix(changes=changes, rule=rule.id))
+        # A fix that sets a flag to None is the same as removing it from the command.
+        proposals.append(Fix(changes=tuple((f, v) for f, v in values if v is not None),
+                             drops=tuple(f for f, v in values if v is None and f in user), rule=rule.id))
     for name in flags:
         proposals.append(Fix(changes=(), drops=(name,)))
         for value in _alternatives(plan, name, user[name]):

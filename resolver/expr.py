@@ -9,7 +9,8 @@ Names: a bare name is a flag of the system; a dotted name (`gpu.sm`) and the bar
 `TOP_LEVEL_FACTS` are facts. A fact that is absent from the fact set is *unknown*: reading it raises
 `UnknownFact`, which the solver turns into "this rule could not be checked" instead of a guess.
 `None` (an unset optional flag) is forgiving on purpose: ordering comparisons with None are false and
-arithmetic with None gives None, so `chunked_prefill_size > 0` needs no None-guard.
+arithmetic with None gives None, so `chunked_prefill_size > 0` needs no None-guard. Division or
+modulo by zero gives None too, so a zero size fails the rule that divides by it instead of crashing.
 """
 
 from __future__ import annotations
@@ -63,6 +64,13 @@ def _pow2_floor(n: Any) -> Any:
     return 1 << (int(n).bit_length() - 1)
 
 
+def _capped(items: Any, limit: Any) -> Any:
+    """The items below `limit`, then `limit` itself: a list of sizes that ends exactly at its cap."""
+    if items is None or limit is None:
+        return items
+    return [x for x in items if x < limit] + [limit]
+
+
 def _skip_none(fn):
     def call(*args):
         values = [a for a in (args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args)
@@ -83,7 +91,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "lower": lambda s: s.lower() if isinstance(s, str) else s,
     "pow2_floor": _pow2_floor,
     "range": lambda start, stop, step=1: list(range(int(start), int(stop), int(step))),
-    "upto": lambda items, limit: [x for x in items if limit is None or x <= limit],
+    "capped": _capped,
 }
 SPECIAL_FORMS = ("known", "is_set", "user_value")
 
@@ -100,7 +108,10 @@ def _arith(op):
     def apply(a, b):
         if a is None or b is None:
             return None
-        return op(a, b)
+        try:
+            return op(a, b)
+        except ZeroDivisionError:
+            return None  # `tp_size % ep_size == 0` with ep_size 0 is false, not a crash
     return apply
 
 

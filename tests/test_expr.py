@@ -39,6 +39,8 @@ def test_names_split_into_flags_and_facts():
     ("min(tp_size, 4)", 4),
     ("max(missing_flag, 3)", 3),
     ("pow2_floor(12)", 8),
+    ("capped([1, 2, 4, 8, 16], 10)", [1, 2, 4, 8, 10]),
+    ("capped(range(1, 5), 4)", [1, 2, 3, 4]),
     ("startswith(model.architecture, 'Deepseek')", True),
     ("contains(model.architecture, 'V3')", True),
     ("known(gpu.sm) and not known(model.head_dim)", True),
@@ -61,6 +63,12 @@ def test_none_is_forgiving_in_ordering_and_arithmetic():
     assert parse("chunked_prefill_size <= 0")(env) is False
     assert parse("chunked_prefill_size * 2")(env) is None
     assert parse("chunked_prefill_size is None")(env) is True
+
+
+def test_division_by_zero_is_none_not_a_crash():
+    env = Env({"tp_size": 8, "ep_size": 0})
+    assert parse("tp_size % ep_size")(env) is None
+    assert parse("tp_size % ep_size == 0")(env) is False
 
 
 def test_unknown_fact_raises_and_short_circuit_avoids_it():
