@@ -29,8 +29,8 @@ from typing import Any, Iterable, Mapping
 from resolver.api import ConflictError, plan_for, resolve
 from resolver.errors import UsageError
 from resolver.frozen import ResolvedConfig
-from resolver.report import describe_value
 from resolver.pinning import Pinning
+from resolver.report import describe_value
 from resolver.solve import Plan
 
 _SKIPPED_TYPES = ("json", "list")

@@ -37,10 +37,11 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from resolver.api import ConflictError, plan_for, resolve
 from resolver.catalog import SYSTEMS
+from resolver.commands.options import CommandParser
 from resolver.dryrun import mentioned_values
-from resolver.pinning import Pinning
 from resolver.errors import EXIT_CONFLICT, AccordError, UsageError
 from resolver.flagvalues import BadValue, convert_text, usage_error
+from resolver.pinning import Pinning
 from resolver.report import describe_value, flag_arg
 from resolver.rules import Rule
 
@@ -434,18 +435,10 @@ def _typed(flag, text: str) -> Any:
     return value
 
 
-class _Parser(argparse.ArgumentParser):
-    """Bad options become one UsageError paragraph (exit 2), like every other Accord error."""
-
-    def error(self, message: str):
-        usage = " ".join(self.format_usage().split()).removeprefix("usage: ")
-        raise UsageError(f"{message}. Usage: {usage}")
-
-
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="accord matrix", allow_abbrev=False,
-                     description="Generate a CI matrix of legal configurations.",
-                     epilog="Launch flags after --fix are fixed in every row, e.g. --fix --tp 8 --enable-dp-attention.")
+    parser = CommandParser(prog="accord matrix",
+                           description="Generate a CI matrix of legal configurations.",
+                           epilog="Launch flags after --fix are fixed in every row, e.g. --fix --tp 8 --enable-dp-attention.")
     parser.add_argument("--system", choices=SYSTEMS, default="llm")
     parser.add_argument("--facts", required=True, metavar="PRESET,...",
                         help="comma-separated presets or facts files, one matrix column: h100,b200,...")
