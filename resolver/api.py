@@ -65,6 +65,23 @@ def _check_known_flags(plan: Plan, user: Mapping[str, Any]) -> None:
                          f"see `accord flags --system {plan.catalog.system}`.")
 
 
+def _apply_best_fixes(plan: Plan, user: dict[str, Any], conflicts: list[Conflict],
+                      relaxed: dict[str, dict], notes: list[str]) -> dict[str, Any]:
+    """`--relax`: apply each conflict's first fix, recording every change as provenance and a note."""
+    for conflict in conflicts:
+        fix = conflict.fixes[0]
+        rule = fix.rule or conflict.rules[0]
+        for name, value in fix.changes:
+            relaxed[name] = {"source": "relax", "rule": rule, "was": user.get(name)}
+            before = flag_arg(plan.catalog, name, user[name]) if name in user else "unset"
+            notes.append(f"[relax] {flag_arg(plan.catalog, name, value)} instead of {before} (rule {rule})")
+        for name in fix.drops:
+            relaxed[name] = {"source": "relax", "rule": rule, "was": user.get(name)}
+            notes.append(f"[relax] dropped {flag_arg(plan.catalog, name, user[name])} (rule {rule})")
+        user = fix.apply(user)
+    return user
+
+
 def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any],
             sources: Mapping[str, str] | None = None, relax: bool = False,
             warnings: tuple[str, ...] | list[str] = ()) -> ResolvedConfig:
@@ -82,19 +99,7 @@ def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any
         conflicts = find_conflicts(plan, user, facts)
         if not relax or not all(c.fixes for c in conflicts):
             raise ConflictError(plan, user, facts, conflicts)
-        for conflict in conflicts:
-            fix = conflict.fixes[0]
-            for name, value in fix.changes:
-                relaxed[name] = {"source": "relax", "rule": fix.rule or conflict.rules[0],
-                                 "was": user.get(name)}
-                notes.append(f"[relax] {flag_arg(plan.catalog, name, value)} instead of "
-                             f"{flag_arg(plan.catalog, name, user[name]) if name in user else 'unset'}"
-                             f" (rule {fix.rule or conflict.rules[0]})")
-            for name in fix.drops:
-                relaxed[name] = {"source": "relax", "rule": conflict.rules[0], "was": user.get(name)}
-                notes.append(f"[relax] dropped {flag_arg(plan.catalog, name, user[name])} "
-                             f"(rule {conflict.rules[0]})")
-            user = fix.apply(user)
+        user = _apply_best_fixes(plan, user, conflicts, relaxed, notes)
     else:
         raise ConflictError(plan, user, facts, find_conflicts(plan, user, facts))
 
