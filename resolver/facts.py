@@ -38,6 +38,7 @@ import yaml
 from resolver.catalog import RULES_DIR
 from resolver.errors import UsageError
 from resolver.model_facts import model_facts
+from resolver.yamlcache import read_yaml_files
 
 PRESETS_DIR = RULES_DIR / "facts"
 PLATFORMS = ("cuda", "rocm", "cpu", "xpu", "npu", "mps")
@@ -365,25 +366,16 @@ def load_facts(spec: str = "probe", overrides: Sequence[str] = (), model_path: s
 
 # --- probing this machine ------------------------------------------------------------------------
 
-# Libraries the rules care about, by import name, with the distributions that provide them.
-KNOWN_PACKAGES: dict[str, tuple[str, ...]] = {
-    "flashinfer": ("flashinfer-python", "flashinfer"),
-    "sgl_kernel": ("sgl-kernel",),
-    "deep_gemm": ("deep-gemm",),
-    "deep_ep": ("deep-ep",),
-    "flash_attn": ("flash-attn",),
-    "flash_mla": ("flash-mla",),
-    "aiter": ("amd-aiter", "aiter"),
-    "triton": ("triton", "pytorch-triton-rocm", "pytorch-triton-xpu"),
-    "xgrammar": ("xgrammar",),
-    "llguidance": ("llguidance",),
-    "outlines": ("outlines",),
-    "mooncake": ("mooncake-transfer-engine",),
-    "nixl": ("nixl",),
-    "modelopt": ("nvidia-modelopt",),
-    "lmcache": ("lmcache",),
-    "torch_npu": ("torch-npu",),
-}
+PACKAGES_FILE = RULES_DIR / "packages.yaml"
+
+
+def known_packages() -> dict[str, list[str]]:
+    """Libraries the rules care about, by import name, with the distributions that provide them
+    (data: rules/packages.yaml)."""
+    (documents,) = read_yaml_files([PACKAGES_FILE])
+    return dict(documents[0]["packages"]) if documents else {}
+
+
 # An accelerator is reachable only through one of these device nodes (or Metal on macOS). Without
 # any of them torch cannot see a GPU, so probe answers without paying seconds to import it.
 _DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia[0-9]*", "/dev/kfd", "/dev/davinci[0-9]*",
@@ -431,7 +423,7 @@ def _strip_local(version: str | None) -> str | None:
 def _package_facts() -> dict[str, str]:
     """Installed kernel libraries: importable (found without importing them) plus their version."""
     facts = {}
-    for name, dists in KNOWN_PACKAGES.items():
+    for name, dists in known_packages().items():
         try:
             found = importlib.util.find_spec(name) is not None
         except (ImportError, ValueError):

@@ -320,7 +320,7 @@ def test_probe_falls_back_to_cpu_when_torch_breaks(monkeypatch):
 
 
 def test_probe_lists_importable_packages_only(monkeypatch):
-    monkeypatch.setattr(facts, "KNOWN_PACKAGES", {"yaml": ("PyYAML",), "surely_not_installed_pkg": ("x",)})
+    monkeypatch.setattr(facts, "known_packages", lambda: {"yaml": ["PyYAML"], "surely_not_installed_pkg": ["x"]})
     found = facts._package_facts()
     assert list(found) == ["packages.yaml"] and found["packages.yaml"][0].isdigit()
 
