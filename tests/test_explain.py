@@ -4,6 +4,7 @@ import pytest
 
 from resolver import api
 from resolver.explain import find_conflicts
+from tests.checks import assert_conflict_is_minimal
 from tests.toy import B200, H100, toy_plan
 
 
@@ -20,13 +21,7 @@ BAD = {"tp_size": 8, "dp_size": 3, "enable_dp_attention": True, "attention_backe
 
 def test_conflict_is_minimal(plan):
     for conflict in find_conflicts(plan, BAD, B200):
-        subset = {k: BAD[k] for k in conflict.flags}
-        rules = [r for r in plan.hard_rules if r.id in conflict.rules]
-        assert not plan.satisfiable(subset, B200, rules)
-        for name in conflict.flags:
-            assert plan.satisfiable({k: v for k, v in subset.items() if k != name}, B200, rules)
-        for rule in rules:
-            assert plan.satisfiable(subset, B200, [r for r in rules if r is not rule])
+        assert_conflict_is_minimal(plan, BAD, B200, conflict)
 
 
 def test_blame_stays_on_the_rule_the_launch_breaks(plan):

@@ -14,6 +14,7 @@ from resolver.catalog import SYSTEMS
 from resolver.explain import find_conflicts
 from resolver.facts import list_presets, load_preset
 from resolver.solve import Env, check
+from tests.checks import assert_conflict_is_minimal
 from resolver.expr import UnknownFact
 
 INT_SAMPLES = (0, 1, 2, 3, 4, 8, 16, 64, 4096)
@@ -61,13 +62,7 @@ def _property(system, preset, user):
         config = api.resolve(system, user, facts)
     except api.ConflictError as err:
         for conflict in err.conflicts:
-            subset = {k: user[k] for k in conflict.flags}
-            rules = [r for r in plan.hard_rules if r.id in conflict.rules]
-            assert not plan.satisfiable(subset, facts, rules)
-            for name in conflict.flags:
-                assert plan.satisfiable({k: v for k, v in subset.items() if k != name}, facts, rules)
-            for rule in rules:
-                assert plan.satisfiable(subset, facts, [r for r in rules if r is not rule])
+            assert_conflict_is_minimal(plan, user, facts, conflict)
             others = {n for c in err.conflicts if c is not conflict for n in c.flags}
             base = {k: v for k, v in user.items() if k not in others}
             for fix in conflict.fixes:
