@@ -63,6 +63,7 @@ class Flag:
     deprecated_spellings: tuple[DeprecatedSpelling, ...] = ()
     line: int | None = None
     meta: bool = False  # an option of the command line itself (the seed's --config), not a setting
+    format: str | None = None  # "json": a str flag whose text upstream parses as JSON
 
     @property
     def primary(self) -> str:

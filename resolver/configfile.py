@@ -96,14 +96,25 @@ def _read_yaml(path: str, text: str) -> list[ConfigEntry]:
         if key in seen:
             raise UsageError(f"config file {path}, line {line}: key {key!r} is given twice.")
         seen.add(key)
-        entries.append(ConfigEntry(key, _construct(value_node), line))
+        entries.append(ConfigEntry(key, _construct(value_node, path), line))
     return entries
 
 
-def _construct(node: yaml.Node) -> Any:
-    """Build the Python value of one YAML node with the safe constructor."""
+def _construct(node: yaml.Node, path: str) -> Any:
+    """Build the Python value of one YAML node with the safe constructor.
+
+    Tags that build objects (`!!python/object:...`, custom `!tags`) are refused: a config file holds
+    plain data only, and constructing such a tag would run code.
+    """
     loader = _Loader("")
     try:
         return loader.construct_document(node)
+    except yaml.constructor.ConstructorError as err:
+        mark = err.problem_mark or err.context_mark or node.start_mark
+        tag = getattr(err.problem_mark, "name", None) and err.problem
+        raise UsageError(
+            f"config file {path}, line {mark.line + 1}: unsupported YAML tag ({tag or err}); a config file "
+            "holds plain values only (strings, numbers, booleans, lists, mappings, null)."
+        ) from None
     finally:
         loader.dispose()

@@ -63,6 +63,7 @@ class FactSpec:
     help: str
     nullable: bool = False
     choices: tuple[str, ...] | None = None
+    bounds: tuple[float, float] | None = None  # plausible (low, high) of a numeric fact
 
 
 FACT_KEYS: dict[str, FactSpec] = {
@@ -75,17 +76,17 @@ FACT_KEYS: dict[str, FactSpec] = {
                            choices=tuple(v for v in VENDOR_OF_PLATFORM.values() if v)),
     "gpu.name": FactSpec("str", "device name of GPU 0, as the driver reports it", nullable=True),
     "gpu.sm": FactSpec("int", "NVIDIA compute capability as major*10+minor, 90 = 9.0 "
-                              "(null: not an NVIDIA GPU)", nullable=True),
+                              "(null: not an NVIDIA GPU)", nullable=True, bounds=(10, 999)),
     "gpu.gfx": FactSpec("str", "AMD GPU architecture, e.g. gfx942 (null: not an AMD GPU)",
                         nullable=True),
-    "gpu.count": FactSpec("int", "accelerators visible on this node"),
+    "gpu.count": FactSpec("int", "accelerators visible on this node", bounds=(0, 4096)),
     "gpu.mem_gib": FactSpec("number", "memory of the smallest visible GPU, GiB (null: no GPU)",
-                            nullable=True),
+                            nullable=True, bounds=(0.25, 65536)),
     "interconnect.nvlink": FactSpec("bool", "every pair of local GPUs is connected by NVLink"),
     "interconnect.p2p": FactSpec("bool", "every pair of local GPUs has peer-to-peer access"),
     "interconnect.mnnvl": FactSpec("bool", "GPUs sit in a multi-node NVLink domain (GB200 NVL72)"),
     "interconnect.ib": FactSpec("names", "RDMA devices in /sys/class/infiniband ([]: none)"),
-    "host.ram_gib": FactSpec("number", "host memory, GiB"),
+    "host.ram_gib": FactSpec("number", "host memory, GiB", bounds=(0.25, 1 << 24)),
     "host.amx": FactSpec("bool", "the CPU has Intel AMX tiles (amx_tile)"),
     PACKAGE_PREFIX + "*": FactSpec("version", "version of an installed library, by import name; "
                                               "absent: not installed", nullable=True),
@@ -113,6 +114,7 @@ FACT_KEYS: dict[str, FactSpec] = {
     "model.uses_cfg": FactSpec("bool", "the diffusion model runs classifier-free guidance by default"),
 }
 
+_LARGEST_COUNT = 1 << 40  # no layer, head, expert or token count of a real model comes near this
 _TYPE_WORDS = {"str": "a string", "version": "a version string such as \"12.8\"",
                "int": "an integer", "number": "a number", "bool": "true or false",
                "names": "a list of names"}
@@ -168,6 +170,10 @@ def type_problem(key: str, value: Any) -> str | None:
         return f"{key} must be {_TYPE_WORDS[spec.type]}, not {value!r}{hint}"
     if spec.choices and value not in spec.choices:
         return f"{key} must be one of {', '.join(spec.choices)}, not {value!r}"
+    if spec.type in ("int", "number"):  # too small is an impossibility, told by `contradictions`
+        high = spec.bounds[1] if spec.bounds else _LARGEST_COUNT
+        if value > high:
+            return f"{key} = {value!r} is not a plausible value (at most {high:g})"
     return None
 
 

@@ -50,15 +50,33 @@ class ParsedFlags:
 
 
 class _Collected:
-    """What the catalog actions saw during one parse: values by dest, and warnings in order."""
+    """What the catalog actions saw during one parse: values by dest, and warnings in order.
 
-    def __init__(self) -> None:
+    `extra_choices` are the plugin values the command declares with `--extend-choices`, read
+    before parsing so they apply wherever on the line they are written.
+    """
+
+    def __init__(self, extra_choices: dict[str, tuple[str, ...]]) -> None:
         self.values: dict[str, Any] = {}
+        self.spelled: dict[str, str] = {}
         self.warnings: list[str] = []
+        self.extra_choices = extra_choices
 
-    def store(self, dest: str, value: Any, warnings: list[str]) -> None:
+    def store(self, dest: str, value: Any, warnings: list[str], spelling: str | None) -> None:
+        """Keep the last value of a flag, as argparse does, but say so when it was given twice."""
+        if dest in self.values:
+            before = f"{self.spelled[dest]} {_shown(self.values[dest])}"
+            now = f"{spelling} {_shown(value)}"
+            self.warnings.append(f"{spelling or dest} is given twice ({before}, then {now}); the last one is used.")
         self.values[dest] = value
+        self.spelled[dest] = spelling or dest
         self.warnings.extend(warnings)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value)
+    return "" if value is True else str(value)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -111,19 +129,21 @@ class _ValueAction(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         flag = self.flag
+        state = _state(namespace)
         if values is None:  # an optional value left out: the seed stores True (bools) or its const
-            _state(namespace).store(flag.name, True if flag.type == "bool" else flag.const, _listed(self.warning))
+            state.store(flag.name, True if flag.type == "bool" else flag.const, _listed(self.warning), option_string)
             return
         words = values if isinstance(values, list) else [values]
         converted, warnings = [], _listed(self.warning)
+        extra = state.extra_choices.get(flag.name, ())
         for word in words:
             try:
-                value, notes = convert_text(flag, word)
+                value, notes = convert_text(flag, word, extra)
             except BadValue as err:
                 raise usage_error(option_string, word, err) from None
             converted.append(value)
             warnings.extend(notes)
-        _state(namespace).store(flag.name, converted if isinstance(values, list) else converted[0], warnings)
+        state.store(flag.name, converted if isinstance(values, list) else converted[0], warnings, option_string)
 
 
 class _ConstAction(argparse.Action):
@@ -136,7 +156,7 @@ class _ConstAction(argparse.Action):
         self.warning = warning
 
     def __call__(self, parser, namespace, values, option_string=None):
-        _state(namespace).store(self.flag.name, self.value, _listed(self.warning))
+        _state(namespace).store(self.flag.name, self.value, _listed(self.warning), option_string)
 
 
 class _RetiredAction(argparse.Action):
@@ -270,6 +290,9 @@ def _catalog_parser(system: str) -> tuple[_Parser, Catalog]:
                      help="Which server's flags to use (default: inferred from --model-path, else llm).")
     own.add_argument("--config", metavar="FILE",
                      help="Read flags from a YAML or JSON file of flag: value pairs; the command line wins.")
+    own.add_argument("--extend-choices", metavar="FLAG=VALUE", action="append", default=[],
+                     help="Accept VALUE for FLAG although the catalog does not list it (a plugin's "
+                          "backend, say); only for lists plugins can extend. Repeatable.")
     groups: dict[str, argparse._ArgumentGroup] = {}
     for flag in catalog:
         if flag.meta:
@@ -300,7 +323,8 @@ def _command_parser(system: str, add_options: AddOptions | None, prog: str) -> t
 
 
 def _known_spellings(catalog: Catalog) -> list[str]:
-    return sorted({s for flag in catalog if not flag.meta for s in flag.option_strings} | {"--system", "--config"})
+    own = {"--system", "--config", "--extend-choices"}
+    return sorted({s for flag in catalog if not flag.meta for s in flag.option_strings} | own)
 
 
 def suggest(word: str, spellings: list[str]) -> list[str]:
@@ -315,6 +339,11 @@ def suggest(word: str, spellings: list[str]) -> list[str]:
 
 
 def _unknown_word_error(word: str, argv: list[str], parser: _Parser, catalog: Catalog) -> UsageError:
+    if word == "--":
+        return UsageError(
+            "unexpected `--`: it ends option parsing, so every flag after it would be read as a bare word. "
+            "Remove it; a launch command is flags and their values only."
+        )
     if word.startswith("-") and not _NEGATIVE_NUMBER.match(word):
         name = word.split("=", 1)[0]
         close = suggest(name, _known_spellings(catalog))
@@ -349,7 +378,8 @@ def _spelling_index(catalog: Catalog) -> dict[str, tuple[Flag, str, DeprecatedSp
     return index
 
 
-def _read_config_values(path: str, catalog: Catalog) -> tuple[dict[str, Any], list[str]]:
+def _read_config_values(path: str, catalog: Catalog,
+                        extra_choices: dict[str, tuple[str, ...]]) -> tuple[dict[str, Any], list[str]]:
     """Typed values by dest from a config file, plus warnings. Keys: dests or spellings without dashes."""
     index = _spelling_index(catalog)
     values: dict[str, Any] = {}
@@ -376,14 +406,16 @@ def _read_config_values(path: str, catalog: Catalog) -> tuple[dict[str, Any], li
         flag, role, spelling = found
         if flag.meta:
             raise UsageError(f"{where}: key {entry.key!r} cannot be set inside a config file.")
-        value, notes = _config_value(flag, role, spelling, entry.key, entry.value, where)
+        value, notes = _config_value(flag, role, spelling, entry.key, entry.value, where,
+                                     extra_choices.get(flag.name, ()))
         warnings.extend(f"{path}: {note}" for note in notes)
         if value is not _UNSET:
             values[flag.name] = value
     return values, warnings
 
 
-def _config_value(flag: Flag, role: str, spelling: DeprecatedSpelling | None, key: str, raw: Any, where: str):
+def _config_value(flag: Flag, role: str, spelling: DeprecatedSpelling | None, key: str, raw: Any, where: str,
+                  extra_choices: tuple[str, ...] = ()):
     """(value, warnings) for one config entry; the value is _UNSET when the entry sets nothing.
 
     Switch-like spellings follow the upstream config merger: `true` applies the switch, `false` on
@@ -402,7 +434,7 @@ def _config_value(flag: Flag, role: str, spelling: DeprecatedSpelling | None, ke
     if role == "negated":
         return (not _config_bool(key, raw, where)), notes
     try:
-        value, more = convert_data(flag, raw)
+        value, more = convert_data(flag, raw, extra_choices)
     except BadValue as err:
         raise usage_error(key, raw, err, prefix=f"{where}: ") from None
     return value, notes + more
@@ -412,6 +444,27 @@ def _config_bool(key: str, raw: Any, where: str) -> bool:
     if isinstance(raw, bool):
         return raw
     raise UsageError(f"{where}: invalid value {raw!r} for {key}: expected true or false.")
+
+
+def _declared_extensions(argv: list[str], catalog: Catalog) -> dict[str, tuple[str, ...]]:
+    """`--extend-choices FLAG=VALUE[,VALUE]` words of argv, by dest, checked against the catalog."""
+    declared: dict[str, list[str]] = {}
+    for i, word in enumerate(argv):
+        name, eq, rest = word.partition("=")
+        if name != "--extend-choices":
+            continue
+        item = rest if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+        key, sep, values = item.partition("=")
+        dest = key.strip().lstrip("-").replace("-", "_")
+        if not sep or not values.strip() or dest not in catalog:
+            raise UsageError(f"--extend-choices {item!r}: write FLAG=VALUE with a catalog flag, e.g. "
+                             f"--extend-choices attention_backend=my_plugin_attn.")
+        flag = catalog[dest]
+        if not flag.extensible:
+            raise UsageError(f"--extend-choices {item!r}: {flag.primary} has a fixed choice list upstream "
+                             f"({', '.join(str(c) for c in flag.choices or ())}); plugins cannot add to it.")
+        declared.setdefault(dest, []).extend(v.strip() for v in values.split(",") if v.strip())
+    return {dest: tuple(values) for dest, values in declared.items()}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -440,19 +493,21 @@ def parse_flags(
         raise UsageError(f"--system {detected} contradicts this command, which works on the {system} system.")
     parser, catalog = _command_parser(system, add_options, prog)
 
-    namespace = argparse.Namespace(**{_STATE: _Collected()})
+    extra_choices = _declared_extensions(argv, catalog)
+    namespace = argparse.Namespace(**{_STATE: _Collected(extra_choices)})
     namespace, extras = parser.parse_known_args(argv, namespace)
     if extras:
         raise _unknown_word_error(extras[0], argv, parser, catalog)
     collected: _Collected = getattr(namespace, _STATE)
     delattr(namespace, _STATE)
+    delattr(namespace, "extend_choices")  # applied while parsing; not an option of any command
     namespace.system = system
 
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     warnings: list[str] = []
     if namespace.config:
-        from_file, file_warnings = _read_config_values(namespace.config, catalog)
+        from_file, file_warnings = _read_config_values(namespace.config, catalog, extra_choices)
         values.update(from_file)
         sources.update({dest: f"config:{namespace.config}" for dest in from_file})
         warnings.extend(file_warnings)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import decimal
 import difflib
 import json
+import math
 import re
 from typing import Any
 
@@ -21,6 +22,8 @@ from resolver.errors import UsageError
 _DECIMAL_SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY_SUFFIX = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kmgtKMGT])")
+# No float setting of either server means anything near this; beyond it products overflow.
+_LARGEST_FLOAT_SETTING = 1e15
 
 
 class BadValue(ValueError):
@@ -80,14 +83,21 @@ def _choice_type(flag: Flag) -> type:
     return str
 
 
-def convert_text(flag: Flag, text: str) -> tuple[Any, list[str]]:
-    """One command-line word for `flag` (one element, for list flags) -> (value, warnings)."""
+def convert_text(flag: Flag, text: str, extra_choices: tuple[str, ...] = ()) -> tuple[Any, list[str]]:
+    """One command-line word for `flag` (one element, for list flags) -> (value, warnings).
+
+    `extra_choices` are values the user declared with `--extend-choices` for a list that plugins
+    may extend; nothing else outside a choice list is accepted.
+    """
     kind = _element_kind(flag)
+    if not text.strip() and kind not in ("bool", "json", "json_or_str"):
+        raise BadValue(f"a non-empty value ({describe_expected(flag)})",
+                       "Give a value, or leave the flag out to keep its default.")
     try:
         if kind == "int":
             return (parse_human_int(text) if flag.human_int else int(text)), []
         if kind == "float":
-            return float(text), []
+            return _finite(float(text)), []
         if kind == "bool":
             return _parse_bool(text), []
         if kind == "json":
@@ -95,7 +105,9 @@ def convert_text(flag: Flag, text: str) -> tuple[Any, list[str]]:
         if kind == "json_or_str":
             return (json.loads(text) if text.lstrip().startswith("{") else text), []
         if kind == "enum" or flag.choices:
-            return _check_choice(flag, _choice_type(flag)(text))
+            return _check_choice(flag, _choice_type(flag)(text), extra_choices)
+        if flag.format == "json":
+            json.loads(text)
         return text, []
     except BadValue:
         raise
@@ -105,7 +117,7 @@ def convert_text(flag: Flag, text: str) -> tuple[Any, list[str]]:
         raise BadValue(describe_expected(flag), _close_choice(flag, text)) from None
 
 
-def convert_data(flag: Flag, value: Any) -> tuple[Any, list[str]]:
+def convert_data(flag: Flag, value: Any, extra_choices: tuple[str, ...] = ()) -> tuple[Any, list[str]]:
     """A value read from a YAML/JSON config file -> (typed value, warnings).
 
     Text goes through the command-line conversion (so "32k" and "8" work); numbers, booleans,
@@ -119,19 +131,19 @@ def convert_data(flag: Flag, value: Any) -> tuple[Any, list[str]]:
         items = value if isinstance(value, list) else [value]
         converted, warnings = [], []
         for item in items:
-            one, notes = _convert_scalar_data(flag, item)
+            one, notes = _convert_scalar_data(flag, item, extra_choices)
             converted.append(one)
             warnings.extend(notes)
         return converted, warnings
     if flag.type == "json":
         return convert_text(flag, value) if isinstance(value, str) else (value, [])
-    return _convert_scalar_data(flag, value)
+    return _convert_scalar_data(flag, value, extra_choices)
 
 
-def _convert_scalar_data(flag: Flag, value: Any) -> tuple[Any, list[str]]:
+def _convert_scalar_data(flag: Flag, value: Any, extra_choices: tuple[str, ...] = ()) -> tuple[Any, list[str]]:
     kind = _element_kind(flag)
     if isinstance(value, str):
-        return convert_text(flag, value)
+        return convert_text(flag, value, extra_choices)
     if isinstance(value, (dict, list)) and kind != "json_or_str":
         raise BadValue(describe_expected(flag))
     if kind == "bool":
@@ -143,12 +155,19 @@ def _convert_scalar_data(flag: Flag, value: Any) -> tuple[Any, list[str]]:
     if kind == "int" and isinstance(value, int):
         return value, []
     if kind == "float" and isinstance(value, (int, float)):
-        return float(value), []
+        return _finite(float(value)), []
     if kind in ("str", "json_or_str"):
         return (value if isinstance(value, dict) else str(value)), []
     if kind == "enum" or flag.choices:
-        return _check_choice(flag, value)
+        return _check_choice(flag, value, extra_choices)
     raise BadValue(describe_expected(flag))
+
+
+def _finite(value: float) -> float:
+    """NaN and infinities are never a meaningful setting (and 1e308 overflows every product)."""
+    if not math.isfinite(value) or abs(value) > _LARGEST_FLOAT_SETTING:
+        raise BadValue(f"a finite number of reasonable size (at most {_LARGEST_FLOAT_SETTING:g})")
+    return value
 
 
 def _parse_bool(text: str) -> bool:
@@ -159,22 +178,23 @@ def _parse_bool(text: str) -> bool:
     return word == "true"
 
 
-def _check_choice(flag: Flag, value: Any) -> tuple[Any, list[str]]:
-    """Reject a value outside a closed choice list; accept one outside an extensible list.
+def _check_choice(flag: Flag, value: Any, extra_choices: tuple[str, ...] = ()) -> tuple[Any, list[str]]:
+    """Reject a value outside the choice list, unless the user declared it as a plugin's value.
 
-    An extensible list is one the seed lets plugins (or a runtime registry such as the reasoning
-    parsers) extend. Accord cannot see those additions, so rejecting the value would break launch
-    commands that work upstream; it is accepted with a warning that still shows near-misses, and
-    rules that test the flag see the value as given.
+    The seed parses these flags with fixed `choices`, so a misspelling fails there too. Some lists
+    can be extended by plugins Accord cannot see (`extensible` in the catalog); such a value is
+    accepted only when the user names it with `--extend-choices FLAG=VALUE`, never by default.
     """
     if value in flag.choices:
         return value, []
+    if str(value) in extra_choices:
+        return value, [f"{value!r} is not a {flag.primary} value Accord knows; accepted because "
+                       f"--extend-choices declares it (rules see it as given)."]
+    hint = _close_choice(flag, str(value))
     if flag.extensible:
-        hint = _close_choice(flag, str(value))
-        note = (f"{value!r} is not a {flag.primary} value Accord knows; accepted because that list can be "
-                "extended at runtime.")
-        return value, [f"{note} {hint}".strip()]
-    raise BadValue(describe_expected(flag), _close_choice(flag, str(value)))
+        hint = (f"{hint} If a plugin adds {value!r}, declare it with --extend-choices "
+                f"{flag.name}={value}.").strip()
+    raise BadValue(describe_expected(flag), hint)
 
 
 def _close_choice(flag: Flag, text: str) -> str:

@@ -52,9 +52,9 @@ def model_facts(model_path: str | None, system: str = "llm") -> dict[str, Any]:
     if system not in SYSTEMS:
         raise UsageError(f"unknown system {system!r}; use one of: {', '.join(SYSTEMS)}.")
     folder = BUILTIN_MODELS[system] if model_path is None else Path(model_path).expanduser()
-    if not folder.is_dir():
-        return {}
     name = "model_index.json" if system == "diffusion" else "config.json"
+    if model_path is not None and model_path_warning(model_path, system) is not None:
+        return {}
     if not (folder / name).is_file():
         return {}
     config = _read_json(folder / name)
@@ -63,6 +63,35 @@ def model_facts(model_path: str | None, system: str = "llm") -> dict[str, Any]:
     if model_id:
         facts["model.id"] = model_id
     return dict(sorted(facts.items()))
+
+
+def model_path_warning(model_path: str, system: str) -> str | None:
+    """Check `--model-path`: None for a readable local model, a warning for what may be a hub id.
+
+    A hub id (`org/name`) is legal upstream, which downloads it; Accord works offline, so it cannot
+    read that model's facts and says so once. Anything else that is not a model folder is an error:
+    a path that does not exist, a file, or a folder without the model's config.
+    """
+    name = "model_index.json" if system == "diffusion" else "config.json"
+    path = Path(model_path).expanduser()
+    if not model_path.strip():
+        raise UsageError("--model-path is empty; give a local model folder or a hub id such as org/name.")
+    if path.is_dir():
+        if (path / name).is_file() or any(path.glob("*.gguf")):
+            return None
+        raise UsageError(f"--model-path {model_path} is a folder without {name}, so it is not a model folder "
+                         f"of the {system} server; point it at the folder that holds {name} (and the weights).")
+    if path.is_file():
+        if path.suffix == ".gguf":
+            return None
+        raise UsageError(f"--model-path {model_path} is a file; point it at the model folder that holds "
+                         f"{name} (or at a .gguf file).")
+    if _HUB_ID.fullmatch(model_path):
+        return (f"--model-path {model_path} is not a local folder; read as a hub id, which Accord cannot "
+                f"fetch offline, so the model's facts (architecture, heads, context length) are unknown and "
+                f"rules that need them are not checked. Download it and pass the folder for a full check.")
+    raise UsageError(f"--model-path {model_path} does not exist; give a local model folder or a hub id "
+                     f"such as org/name.")
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -60,3 +60,15 @@ def test_an_unreadable_file_is_named(tmp_path):
     with pytest.raises(UsageError) as err:
         read_config(path)
     assert str(err.value) == f"cannot read config file {path}: No such file or directory."
+
+
+@pytest.mark.parametrize("text, line", [
+    ("tp_size: 2\nmodel_path: !!python/object/apply:os.system [ls]\n", 2),
+    ("tp_size: !custom 4\n", 1),
+])
+def test_object_building_yaml_tags_are_refused_with_file_and_line(tmp_path, text, line):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    with pytest.raises(UsageError) as err:
+        read_config(str(path))
+    assert str(err.value).startswith(f"config file {path}, line {line}: unsupported YAML tag")

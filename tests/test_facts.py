@@ -124,7 +124,7 @@ def test_facts_file_builds_on_preset_with_nested_and_dotted_keys(tmp_path):
 def test_facts_file_without_preset_is_the_whole_fact_set(tmp_path):
     path = tmp_path / "bare.json"
     path.write_text(json.dumps({"platform": "cuda", "gpu": {"sm": 100, "count": 2}}))
-    result = load_facts(str(path), model_path=str(tmp_path / "no-such-model"))
+    result = load_facts(str(path), model_path="org/not-downloaded")
     assert result == {"gpu.count": 2, "gpu.sm": 100, "platform": "cuda"}
 
 
@@ -141,7 +141,7 @@ def test_fact_overrides_are_typed_and_win(tmp_path):
     result = load_facts("h100", ["gpu.sm=100", "cuda=none", "interconnect.nvlink=false",
                                  "gpu.mem_gib=80", "interconnect.ib=mlx5_0,mlx5_1",
                                  "packages.flashinfer=none", "model.attention=mla"],
-                        model_path=str(tmp_path / "absent"))
+                        model_path="org/not-downloaded")
     assert result["gpu.sm"] == 100 and result["cuda"] is None
     assert result["interconnect.nvlink"] is False and result["gpu.mem_gib"] == 80
     assert result["interconnect.ib"] == ["mlx5_0", "mlx5_1"]
@@ -377,3 +377,16 @@ def test_accord_probe_bad_input_is_one_paragraph_exit_2(argv, expected):
     assert done.returncode == 2 and done.stdout == ""
     assert expected in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("gpu.mem_gib=1e308", "gpu.mem_gib = 1e+308 is not a plausible value"),
+    ("gpu.mem_gib=nan", "gpu.mem_gib must be a number, not nan"),
+    ("gpu.mem_gib=inf", "gpu.mem_gib must be a number, not inf"),
+    ("host.ram_gib=1e30", "host.ram_gib = 1e+30 is not a plausible value"),
+    ("gpu.count=100000", "gpu.count = 100000 is not a plausible value"),
+])
+def test_non_finite_or_absurd_fact_values_are_usage_errors(override, expected):
+    with pytest.raises(UsageError) as err:
+        load_facts("h100", [override])
+    assert str(err.value).startswith(f"--fact {override}: {expected}") and err.value.exit_code == 2

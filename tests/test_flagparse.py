@@ -29,6 +29,8 @@ def _sample(flag: Flag) -> tuple[list[str], object]:
         if flag.choices:
             return [str(c) for c in flag.choices[:2]], list(flag.choices[:2])
         return SAMPLE_ELEMENTS[flag.element or "str"]
+    if flag.format == "json":
+        return ['{"k": 1}'], '{"k": 1}'
     return SAMPLE_WORDS[flag.type]
 
 
@@ -126,11 +128,31 @@ def test_an_ignored_flag_stores_nothing_and_warns():
     assert parsed.warnings == ("--collect-tokens-histogram is deprecated and has no effect; it was ignored.",)
 
 
-def test_an_unknown_value_of_an_extensible_list_is_accepted_with_a_warning():
-    _, parsed = parse_flags(["--reasoning-parser", "deepseek-r1"])
-    assert parsed.values == {"reasoning_parser": "deepseek-r1"}
-    assert parsed.warnings == ("'deepseek-r1' is not a --reasoning-parser value Accord knows; accepted because that "
-                               "list can be extended at runtime.",)
+def test_a_value_outside_a_plugin_extensible_list_is_refused_unless_declared():
+    with pytest.raises(UsageError) as err:
+        parse_flags(["--attention-backend", "flashinfr"])
+    assert "Did you mean 'flashinfer'?" in str(err.value)
+    assert "--extend-choices attention_backend=flashinfr" in str(err.value)
+    _, parsed = parse_flags(["--attention-backend", "my_attn", "--extend-choices", "attention_backend=my_attn"])
+    assert parsed.values == {"attention_backend": "my_attn"}
+    assert "--extend-choices declares it" in parsed.warnings[0]
+
+
+def test_extend_choices_is_refused_for_a_fixed_upstream_list():
+    with pytest.raises(UsageError, match="fixed choice list upstream"):
+        parse_flags(["--extend-choices", "kv_cache_dtype=fp6"])
+
+
+def test_upstream_registry_names_are_known_values():
+    _, parsed = parse_flags(["--reasoning-parser", "deepseek-r1", "--tool-call-parser", "qwen3_coder"])
+    assert parsed.values == {"reasoning_parser": "deepseek-r1", "tool_call_parser": "qwen3_coder"}
+    assert parsed.warnings == ()
+
+
+def test_a_flag_given_twice_warns_with_both_values_and_keeps_the_last():
+    _, parsed = parse_flags(["--tp", "2", "--tp-size", "4"])
+    assert parsed.values == {"tp_size": 4}
+    assert parsed.warnings == ("--tp-size is given twice (--tp 2, then --tp-size 4); the last one is used.",)
 
 
 # --- bad input: one paragraph naming what is wrong and how to fix it ---------------------------------------------
@@ -163,6 +185,16 @@ def test_an_unknown_value_of_an_extensible_list_is_accepted_with_a_warning():
     (["--enable-expert-distribution-metrics"], "--enable-expert-distribution-metrics was removed and no longer works; "
                                                "use --expert-balancedness-report-mode instead."),
     (["--system", "sd"], "unknown system 'sd' for --system; use one of: llm, diffusion."),
+    (["--mem-fraction-static", "nan"], "invalid value 'nan' for --mem-fraction-static: expected a finite number of "
+                                       "reasonable size (at most 1e+15)."),
+    (["--mem-fraction-static", "1e308"], "invalid value '1e308' for --mem-fraction-static: expected a finite number "
+                                         "of reasonable size (at most 1e+15)."),
+    (["--served-model-name", ""], "invalid value '' for --served-model-name: expected a non-empty value (a string). "
+                                  "Give a value, or leave the flag out to keep its default."),
+    (["--json-model-override-args", "{bad"], "invalid value '{bad' for --json-model-override-args: expected JSON "
+                                             "text (Expecting property name enclosed in double quotes at column 2)."),
+    (["--", "--tp", "2"], "unexpected `--`: it ends option parsing, so every flag after it would be read as a bare "
+                          "word. Remove it; a launch command is flags and their values only."),
 ])
 def test_bad_command_lines_get_one_paragraph_naming_flag_value_and_legal_values(argv, message):
     with pytest.raises(UsageError) as err:

@@ -43,11 +43,19 @@ def test_a_closed_choice_list_rejects_other_values_and_suggests_the_nearest():
     assert err.value.hint == "Did you mean 'fp8_e4m3'?"
 
 
-def test_an_extensible_choice_list_accepts_other_values_with_a_warning():
-    value, warnings = convert_text(LLM["attention_backend"], "my_plugin_attn")
-    assert value == "my_plugin_attn"
-    assert warnings == ["'my_plugin_attn' is not a --attention-backend value Accord knows; accepted because "
-                        "that list can be extended at runtime."]
+def test_an_extensible_choice_list_takes_only_declared_extra_values():
+    with pytest.raises(BadValue):
+        convert_text(LLM["attention_backend"], "my_plugin_attn")
+    value, warnings = convert_text(LLM["attention_backend"], "my_plugin_attn", ("my_plugin_attn",))
+    assert value == "my_plugin_attn" and len(warnings) == 1
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "1e308"])
+def test_non_finite_or_absurd_floats_are_refused(text):
+    with pytest.raises(BadValue, match="finite"):
+        convert_text(LLM["mem_fraction_static"], text)
+    with pytest.raises(BadValue, match="finite"):
+        convert_data(LLM["mem_fraction_static"], float(text))
 
 
 def test_json_values_are_parsed_and_bad_json_says_where():

@@ -9,7 +9,7 @@ import pytest
 import resolver.model_facts as model_facts_module
 from resolver.errors import UsageError
 from resolver.facts import contradictions, load_facts, type_problem
-from resolver.model_facts import model_facts
+from resolver.model_facts import model_facts, model_path_warning
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
          "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072,
@@ -146,14 +146,29 @@ def test_hub_id_is_recovered_from_a_hugging_face_cache_folder(tmp_path):
     assert model_facts(write_model(folder, LLAMA))["model.id"] == "meta-llama/Llama-3.1-8B"
 
 
-@pytest.mark.parametrize("path", ["meta-llama/Llama-3.1-8B", "/no/such/folder"])
-def test_non_local_model_path_gives_unknown_model_facts(path):
-    assert model_facts(path) == {}
+def test_a_hub_id_gives_unknown_model_facts_and_a_warning_naming_it():
+    assert model_facts("meta-llama/Llama-3.1-8B") == {}
+    note = model_path_warning("meta-llama/Llama-3.1-8B", "llm")
+    assert "meta-llama/Llama-3.1-8B" in note and "unknown" in note
 
 
-def test_folder_without_the_systems_config_gives_unknown_model_facts(tmp_path):
+@pytest.mark.parametrize("make, words", [
+    (lambda root: root / "no" / "such" / "folder", "does not exist"),
+    (lambda root: root, "folder without config.json"),
+    (lambda root: (root / "weights.bin").write_bytes(b"x") and root / "weights.bin", "is a file"),
+])
+def test_a_model_path_that_is_not_a_model_folder_is_a_usage_error(tmp_path, make, words):
+    path = str(make(tmp_path))
+    with pytest.raises(UsageError, match=words):
+        model_facts(path)
+    with pytest.raises(UsageError, match=words):
+        model_path_warning(path, "llm")
+
+
+def test_a_folder_of_the_other_system_is_a_usage_error(tmp_path):
     write_model(tmp_path / "m", LLAMA)
-    assert model_facts(str(tmp_path / "m"), system="diffusion") == {}
+    with pytest.raises(UsageError, match="model_index.json"):
+        model_facts(str(tmp_path / "m"), system="diffusion")
 
 
 def test_no_path_describes_the_builtin_model(tmp_path, monkeypatch):

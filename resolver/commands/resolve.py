@@ -7,6 +7,7 @@ Exit codes: 0 resolved, 2 bad usage (unknown flag, bad value, unreadable file, u
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -16,6 +17,7 @@ from resolver.errors import EXIT_CONFLICT
 from resolver.facts import load_facts
 from resolver.flagparse import ParsedFlags, parse_flags
 from resolver.frozen import ResolvedConfig
+from resolver.model_facts import model_path_warning
 from resolver.report import value_table
 
 
@@ -34,8 +36,11 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 def resolve_command(argv: list[str], prog: str) -> tuple[argparse.Namespace, ParsedFlags, dict]:
     """Parse a launch command and load its facts (shared by resolve, why and serve)."""
     opts, parsed = parse_flags(argv, add_options=add_options, prog=prog)
-    facts = load_facts(opts.facts, opts.fact, model_path=parsed.values.get("model_path"),
-                       system=parsed.system)
+    model_path = parsed.values.get("model_path")
+    facts = load_facts(opts.facts, opts.fact, model_path=model_path, system=parsed.system)
+    note = model_path_warning(model_path, parsed.system) if model_path is not None else None
+    if note:
+        parsed = dataclasses.replace(parsed, warnings=(*parsed.warnings, note))
     return opts, parsed, facts
 
 
