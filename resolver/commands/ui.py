@@ -286,6 +286,20 @@ def make_server(host: str, port: int) -> ThreadingHTTPServer:
     return server
 
 
+@contextlib.contextmanager
+def running(host: str = "127.0.0.1", port: int = 0):
+    """A server answering on a background thread (tests, the benchmark); yields its base URL."""
+    server = make_server(host, port)
+    thread = threading.Thread(target=server.serve_forever, name="accord-ui", daemon=True)
+    thread.start()
+    try:
+        yield f"http://{host}:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
 def main(argv: list[str]) -> int:
     parser = CommandParser(prog="accord ui", description="Serve the interactive configurator.")
     parser.add_argument("--port", type=int, default=8765, help="TCP port (default 8765; 0 picks a free one)")
