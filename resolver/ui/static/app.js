@@ -300,24 +300,30 @@ function showError(message) {
 
 // -- actions ----------------------------------------------------------------------------------------
 
+// One change: the resolved configuration (or the conflict) first, then the dry run's choices, so
+// the command and the values update as soon as the resolver has them.
 async function refresh() {
   const number = ++latest;
   saveToUrl();
   $("command-text").textContent = commandText();
   const started = performance.now();
   const body = requestBody();
-  const [resolved, dry] = await Promise.all([post("/api/resolve", body), post("/api/dry-run", body)]);
+  const resolved = await post("/api/resolve", body);
   if (number !== latest) return;
-  const ms = Math.round(performance.now() - started);
   if (resolved.status === 200) {
     lastConfig = resolved.json;
     showError(null);
     drawConflict(null);
-    if (dry.status === 200) lastDryRun = dry.json;
-    drawChoices(dry.status === 200 ? dry.json : null, false);
     drawResolvedValues(resolved.json);
     drawOutputs(resolved.json, resolved.text);
     drawWarnings(resolved.json);
+    setStatus("checking", `resolved · ${resolved.json.hash.slice(0, 12)} · checking choices…`);
+    const dry = await post("/api/dry-run", body);
+    if (number !== latest) return;
+    if (dry.status === 200) lastDryRun = dry.json;
+    drawChoices(dry.status === 200 ? dry.json : null, false);
+    drawResolvedValues(resolved.json);
+    const ms = Math.round(performance.now() - started);
     setStatus("ok", `resolved · ${resolved.json.hash.slice(0, 12)} · ${ms} ms`);
   } else if (resolved.status === 409) {
     const proof = await post("/api/proof", body);
