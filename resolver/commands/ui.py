@@ -208,13 +208,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, content_type: str, text: str | bytes) -> None:
         data = text.encode("utf-8") if isinstance(text, str) else text
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.end_headers()
+            self.wfile.write(data)
+        except ConnectionError:  # the page went away (reloaded, closed) before its answer came
+            self.close_connection = True
 
     def _host_ok(self) -> bool:
         """Refuse other Host names on a loopback bind, so a web page cannot reach it by DNS rebinding."""

@@ -190,7 +190,9 @@ function flagRow(entry, choice) {
             el("b", {}, rule.id), ": " + rule.reason));
         }
       }
-      row.append(list);
+      const values = choice.excluded.map((x) => valueToText(x.value)).join(", ");
+      row.append(el("details", { class: "excluded" },
+        el("summary", {}, `excluded here: ${values}`), list));
     }
   }
   return row;
@@ -249,9 +251,11 @@ function drawGroups(choiceNames) {
 
 function drawOutputs(config, configText) {
   $("command-text").textContent = commandText();
-  const facts = state.facts === "probe" ? "" : ` --facts ${state.facts}`;
-  const count = launchArgs()[0] === "--fact" ? ` --fact gpu.count=${state.count}` : "";
-  const yaml = [`# accord serve${facts}${count} --config accord.yaml`];
+  const words = ["accord", "serve"];
+  if (state.system !== "llm") words.push("--system", state.system);
+  if (state.facts !== "probe") words.push("--facts", state.facts);
+  if (launchArgs()[0] === "--fact") words.push("--fact", "gpu.count=" + state.count);
+  const yaml = [`# ${words.map(shellWord).join(" ")} --config accord.yaml`];
   if (config) {
     for (const name of Object.keys(config.values).sort()) {
       if (config.provenance[name].source === "user") yaml.push(`${name}: ${JSON.stringify(config.values[name])}`);
