@@ -20,6 +20,7 @@ COMMANDS = {
     "matrix": ("resolver.matrix", "Generate a CI matrix of legal configurations."),
     "serve": ("resolver.commands.serve", "Resolve, then start the engine processes."),
     "completion": ("resolver.completion", "Print a bash or zsh completion script."),
+    "ui": ("resolver.commands.ui", "Serve the interactive configurator on this machine."),
 }
 
 USAGE = "usage: accord {" + ",".join(COMMANDS) + "} [options]\n\n" + "\n".join(

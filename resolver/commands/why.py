@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import json
+
 from resolver.api import ConflictError, plan_for, resolve
 from resolver.commands.resolve import print_conflict, resolve_command
 from resolver.errors import UsageError
@@ -36,6 +38,23 @@ def _explain(config, plan, name: str, depth: int, seen: set[str], lines: list[st
         _explain(config, plan, flag, depth + 1, seen, lines)
 
 
+def _explain_data(config, plan, name: str, depth: int, seen: set[str]) -> dict:
+    """The same chain as `_explain`, as data for `--json`: value, provenance, rule, facts, reads."""
+    prov = config.provenance[name]
+    node = {"flag": name, "value": config.values[name], "provenance": dict(prov)}
+    if prov["source"] != "rule" or name in seen or depth >= MAX_DEPTH:
+        return node
+    seen.add(name)
+    rule = plan.ruleset.by_id()[prov["rule"]]
+    node["rule"] = {"id": rule.id, "kind": rule.kind, "reason": rule.reason,
+                    "when": rule.when.source if rule.when is not None else None}
+    node["facts"] = {key: config.facts[key] for key in sorted(rule.reads_facts) if key in config.facts}
+    node["unknown_facts"] = sorted(key for key in rule.reads_facts if key not in config.facts)
+    node["reads"] = [_explain_data(config, plan, flag, depth + 1, seen)
+                     for flag in sorted(rule.reads_flags - {name})]
+    return node
+
+
 def main(argv: list[str]) -> int:
     targets = []
     while argv and not argv[0].startswith("-"):
@@ -55,6 +74,12 @@ def main(argv: list[str]) -> int:
         config = resolve(parsed.system, parsed.values, facts, parsed.sources, relax=opts.relax)
     except ConflictError as err:
         return print_conflict(err, opts.json)
+    if opts.json:
+        seen: set[str] = set()
+        chains = [_explain_data(config, plan, target, 0, seen) for target in targets]
+        print(json.dumps({"system": config.system, "hash": config.hash, "flags": chains},
+                         indent=2, sort_keys=True))
+        return 0
     lines: list[str] = []
     for target in targets:
         _explain(config, plan, target, 0, set(), lines)

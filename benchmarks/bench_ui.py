@@ -1,0 +1,116 @@
+"""How live `accord ui` feels: the time from one change on the page to its answers.
+
+A change on the page (a GPU, a flag, a fix) sends what the page sends: `/api/resolve` first (the
+command, the values, or the conflict appear when it answers), then `/api/dry-run` for the choices,
+or `/api/proof` when there is a conflict. This walks a scripted session of such changes against a
+real server on a free loopback port and prints the medians per change, to the first answer and to
+the last (goal: <= 50 ms), per endpoint, and two baselines from the same run: the CLI's own work
+for the same answers with no HTTP (`run_cli` in process) and an HTTP round trip computing nothing.
+
+    python benchmarks/bench_ui.py [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from resolver.commands.ui import command_for, running, run_cli  # noqa: E402
+from resolver.model_facts import BUILTIN_MODELS  # noqa: E402
+
+MODEL = ["--model-path", str(BUILTIN_MODELS["llm"])]
+# (facts, args) after each change of a typical session: machine, model, flags, a conflict, its fix.
+SESSION = [
+    ("h100", []),
+    ("h100", MODEL),
+    ("h100", [*MODEL, "--tp", "8"]),
+    ("h100", [*MODEL, "--tp", "8", "--kv-cache-dtype", "fp8_e4m3"]),
+    ("h100", [*MODEL, "--tp", "8", "--kv-cache-dtype", "nvfp4"]),
+    ("h100", [*MODEL, "--tp", "8", "--kv-cache-dtype", "auto"]),
+    ("h100", [*MODEL, "--tp", "8", "--kv-cache-dtype", "auto", "--attention-backend", "flashinfer"]),
+    ("b200", [*MODEL, "--tp", "8", "--kv-cache-dtype", "nvfp4"]),
+    ("b200", [*MODEL, "--tp", "8", "--kv-cache-dtype", "nvfp4", "--mem-fraction-static", "0.85"]),
+    ("b200", [*MODEL, "--tp", "4", "--kv-cache-dtype", "nvfp4", "--mem-fraction-static", "0.85"]),
+]
+
+
+def post(base: str, endpoint: str, body: dict) -> tuple[int, float]:
+    data = json.dumps(body).encode("utf-8")
+    request = urllib.request.Request(f"{base}/api/{endpoint}", data=data,
+                                     headers={"Content-Type": "application/json"})
+    start = time.perf_counter()
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            response.read()
+            status = response.status
+    except urllib.error.HTTPError as err:
+        err.read()
+        status = err.code
+    return status, (time.perf_counter() - start) * 1e3
+
+
+def change(base: str, body: dict, per_endpoint: dict) -> tuple[float, float]:
+    """One change as the page makes it: (ms to the first answer, ms to the last)."""
+    status, first = post(base, "resolve", body)
+    per_endpoint["resolve"].append(first)
+    endpoint = "proof" if status == 409 else "dry-run"
+    _, second = post(base, endpoint, body)
+    per_endpoint[endpoint].append(second)
+    return first, first + second
+
+
+def cli_work(facts: str, args: list[str]) -> float:
+    """The same answers computed by the CLI in process, without HTTP (ms)."""
+    start = time.perf_counter()
+    code, _, _ = run_cli(command_for("resolve", "llm", args, ["--facts", facts]))
+    run_cli(command_for("proof" if code == 3 else "dry-run", "llm", args, ["--facts", facts]))
+    return (time.perf_counter() - start) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="times the session is walked (default 5)")
+    rounds = parser.parse_args().rounds
+    with running() as base:
+        urllib.request.urlopen(f"{base}/api/models").read()
+        for facts, args in SESSION:  # warm caches: catalog, rules, parser, presets
+            change(base, {"system": "llm", "facts": facts, "args": args}, {"resolve": [], "dry-run": [], "proof": []})
+        first, per_change, per_endpoint, baseline = [], [], {"resolve": [], "dry-run": [], "proof": []}, []
+        for _ in range(rounds):
+            for facts, args in SESSION:
+                to_first, to_last = change(base, {"system": "llm", "facts": facts, "args": args}, per_endpoint)
+                first.append(to_first)
+                per_change.append(to_last)
+                baseline.append(cli_work(facts, args))
+        empty = []
+        for _ in range(50):
+            start = time.perf_counter()
+            urllib.request.urlopen(f"{base}/api/models").read()
+            empty.append((time.perf_counter() - start) * 1e3)
+
+    median, median_first = statistics.median(per_change), statistics.median(first)
+    verdict = {True: "met", False: "NOT met"}
+    print(f"changes measured:                 {len(per_change)} ({len(SESSION)}-step session x {rounds})")
+    print(f"median per change, first answer:  {median_first:7.1f} ms   goal <= 50 ms: {verdict[median_first <= 50]}"
+          "   (command, values or conflict shown)")
+    print(f"median per change, all answers:   {median:7.1f} ms   goal <= 50 ms: {verdict[median <= 50]}"
+          "   (plus the choices, or the proof)")
+    print(f"  90th percentile, all answers:   {statistics.quantiles(per_change, n=10)[-1]:7.1f} ms")
+    for endpoint, times in per_endpoint.items():
+        if times:
+            print(f"  median /api/{endpoint:<8}             {statistics.median(times):7.1f} ms  ({len(times)} calls)")
+    cli_ms = statistics.median(baseline)
+    print(f"baseline: same CLI work, no HTTP  {cli_ms:7.1f} ms   (all answers / baseline = {median / cli_ms:.2f})")
+    print(f"baseline: HTTP round trip alone   {statistics.median(empty):7.1f} ms   (GET /api/models)")
+
+
+if __name__ == "__main__":
+    main()
