@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from resolver.api import resolve
+from resolver.api import ConflictError, resolve
 from resolver.errors import AccordError
 from resolver.facts import load_facts
 from resolver.flagparse import parse_flags
@@ -54,16 +54,22 @@ PLATFORM_PICK_RULES = ("attn.default.cuda_fa", "attn.default.sdpa")
 DEFAULT_BCG_TEXT_BUCKETS = [64, 128, 256, 512, 1024]   # seed L126-129
 
 
-def accord_answer(case: dict, model_root: Path) -> dict:
-    """Accord's resolution of a case: {"status": "ok", "values", "user", "origin"} or {"status": "error", ...}."""
+def accord_answer(case: dict, model_root: Path, relax: bool = False) -> dict:
+    """Accord's resolution of a case: {"status": "ok", "values", "user", "origin"} or {"status": "error", ...}.
+
+    A conflict also carries "relaxed": the answer `--relax` gives (each conflict's first fix applied),
+    which is how Accord reports a value upstream would silently rewrite."""
     try:
         _, parsed = parse_flags(localize(case["argv"], model_root), system="diffusion")
         facts = load_facts(case["preset"], model_path=parsed.values.get("model_path"), system="diffusion")
-        config = resolve("diffusion", parsed.values, facts, parsed.sources, warnings=parsed.warnings)
+        config = resolve("diffusion", parsed.values, facts, parsed.sources, relax=relax, warnings=parsed.warnings)
     except AccordError as err:
         rules = sorted({r for c in getattr(err, "conflicts", ()) for r in c.rules})
-        return {"status": "error", "error_type": type(err).__name__, "rules": rules,
-                "error": str(err).splitlines()[0][:300]}
+        answer = {"status": "error", "error_type": type(err).__name__, "rules": rules,
+                  "error": str(err).splitlines()[0][:300]}
+        if isinstance(err, ConflictError) and not relax:
+            answer["relaxed"] = accord_answer(case, model_root, relax=True)
+        return answer
     origin = {name: (p.get("rule") or p.get("source")) for name, p in config.provenance.items()}
     return {"status": "ok", "values": dict(config.values), "user": sorted(parsed.values), "origin": origin}
 
@@ -73,7 +79,12 @@ def _norm(value: Any) -> Any:
 
 
 def compare(oracle: dict, accord: dict) -> list[str]:
-    """The names on which the two answers differ: "status", or the fields both resolved differently."""
+    """The names on which the two answers differ: "status", or the fields both resolved differently.
+
+    A conflict agrees with an upstream that accepted the launch when `--relax` gives exactly
+    upstream's answer: Accord reports the value upstream silently rewrites, and the fix is upstream's."""
+    if oracle["status"] == "ok" and accord["status"] != "ok" and accord.get("relaxed", {}).get("status") == "ok":
+        return ["status"] if compare(oracle, accord["relaxed"]) else []
     if (oracle["status"] == "ok") != (accord["status"] == "ok"):
         return ["status"]
     if oracle["status"] != "ok":
@@ -94,17 +105,20 @@ def compare(oracle: dict, accord: dict) -> list[str]:
     return differ
 
 
-def score(fixture: list[dict]) -> dict[str, list[str]]:
-    """{case id: differing names} over the fixture, for the cases that disagree."""
+def score(fixture: list[dict]) -> tuple[dict[str, list[str]], list[str]]:
+    """({case id: differing names} for the cases that disagree, ids that agree through --relax)."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         materialize(root)
-        out = {}
+        out, relaxed = {}, []
         for case in fixture:
-            differ = compare(case["oracle"], accord_answer(case, root))
+            answer = accord_answer(case, root)
+            differ = compare(case["oracle"], answer)
             if differ:
                 out[case["id"]] = differ
-    return out
+            elif answer["status"] != "ok" and case["oracle"]["status"] == "ok":
+                relaxed.append(case["id"])
+    return out, relaxed
 
 
 def ask_oracle(cases: list[dict]) -> list[dict]:
@@ -135,10 +149,12 @@ def load_table(path: Path) -> dict[str, dict]:
     return {row["id"]: row for row in data.get("disagreements", [])}
 
 
-def report(fixture: list[dict], differ: dict[str, list[str]], table: dict[str, dict] | None) -> str:
+def report(fixture: list[dict], differ: dict[str, list[str]], relaxed: list[str],
+           table: dict[str, dict] | None) -> str:
     total = len(fixture)
     agree = total - len(differ)
-    lines = [f"diffusion: {agree} of {total} agree ({100.0 * agree / total:.1f}%)"]
+    lines = [f"diffusion: {agree} of {total} agree ({100.0 * agree / total:.1f}%); "
+             f"{len(relaxed)} of them as a reported conflict whose --relax fix is upstream's answer"]
     by_id = {c["id"]: c for c in fixture}
     for case_id, names in sorted(differ.items()):
         row = (table or {}).get(case_id)
@@ -161,7 +177,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["score"] and len(argv) in (2, 3):
         fixture = json.loads(Path(argv[1]).read_text())
         table = load_table(Path(argv[2])) if len(argv) == 3 else None
-        print(report(fixture, score(fixture), table))
+        print(report(fixture, *score(fixture), table))
         return 0
     print(__doc__.split("usage:")[1], file=sys.stderr)
     return 2
