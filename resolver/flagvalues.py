@@ -96,6 +96,9 @@ def convert_text(flag: Flag, text: str) -> tuple[Any, list[str]]:
             return (json.loads(text) if text.lstrip().startswith("{") else text), []
         if kind == "enum" or flag.choices:
             return _check_choice(flag, _choice_type(flag)(text))
+        alias = dict(flag.value_aliases).get(text)
+        if alias is not None:  # another name of the same value: stored under its canonical name, said so
+            return alias, [f"{flag.primary} {text} is another name for {alias}; it resolves as {alias}."]
         return text, []
     except BadValue:
         raise

@@ -49,9 +49,9 @@ def test_every_listed_disagreement_has_a_reason():
 
 
 def test_at_least_80_percent_agree_today(scored):
-    # Measured 196 of 240 (81.7%) when the table was written; the goal is 95%.
+    # Measured 205 of 240 (85.4%) when the table was written; the goal is 95%.
     differ, _ = scored
-    assert (len(FIXTURE) - len(differ)) / len(FIXTURE) >= 0.80
+    assert (len(FIXTURE) - len(differ)) / len(FIXTURE) >= 0.85
 
 
 def test_cfg_parallel_is_automatic_for_guidance_models_only(scored):
