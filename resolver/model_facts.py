@@ -14,14 +14,18 @@ not JSON at all is an error.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
 from typing import Any, Mapping
 
+import yaml
+
 from resolver.catalog import RULES_DIR, SYSTEMS
 from resolver.errors import UsageError
 
+PIPELINES_FILE = RULES_DIR / "diffusion" / "data" / "pipelines.yaml"
 BUILTIN_MODELS = {"llm": RULES_DIR / "models" / "tiny-llama", "diffusion": RULES_DIR / "models" / "tiny-dit"}
 
 # Multimodal configs nest the language model's numbers under one of these keys.
@@ -62,6 +66,8 @@ def model_facts(model_path: str | None, system: str = "llm") -> dict[str, Any]:
     model_id = _model_id(config, folder)
     if model_id:
         facts["model.id"] = model_id
+    if system == "diffusion":
+        facts = {**_pipeline_defaults(facts.get("model.pipeline"), model_id), **facts}
     return dict(sorted(facts.items()))
 
 
@@ -92,6 +98,19 @@ def model_path_warning(model_path: str, system: str) -> str | None:
                 f"rules that need them are not checked. Download it and pass the folder for a full check.")
     raise UsageError(f"--model-path {model_path} does not exist; give a local model folder or a hub id "
                      f"such as org/name.")
+
+
+@functools.lru_cache(maxsize=1)
+def _pipeline_table() -> dict[str, Any]:
+    return yaml.safe_load(PIPELINES_FILE.read_text(encoding="utf-8")) or {}
+
+
+def _pipeline_defaults(pipeline: str | None, model_id: str | None) -> dict[str, Any]:
+    """Facts a diffusion folder does not state but its pipeline class (or hub id) implies, from
+    `rules/diffusion/data/pipelines.yaml`; the folder's own keys win over these."""
+    table = _pipeline_table()
+    known = {**(table.get("pipelines") or {}).get(pipeline, {}), **(table.get("models") or {}).get(model_id, {})}
+    return {f"model.{key}": value for key, value in known.items()}
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from resolver.yamlcache import read_yaml_files
 
 KINDS = ("require", "conflict", "default", "prefer", "warn")
 HARD_KINDS = ("require", "conflict")
-_COMMON_KEYS = {"id", "kind", "when", "reason", "ref", "seed", "fix"}
+_COMMON_KEYS = {"id", "kind", "when", "reason", "ref", "seed", "fix", "notes"}
 _KIND_KEYS = {
     "require": {"require"},
     "conflict": set(),
