@@ -63,11 +63,8 @@ class Flag:
     deprecated_spellings: tuple[DeprecatedSpelling, ...] = ()
     line: int | None = None
     meta: bool = False  # an option of the command line itself (the seed's --config), not a setting
-<<<<<<< HEAD
     format: str | None = None  # "json": a str flag whose text upstream parses as JSON
-=======
     value_aliases: tuple[tuple[str, str], ...] = ()  # (typed value, the value it names), reported when used
->>>>>>> i12diff
 
     @property
     def primary(self) -> str:

@@ -75,8 +75,9 @@ def model_path_warning(model_path: str, system: str) -> str | None:
     """Check `--model-path`: None for a readable local model, a warning for what may be a hub id.
 
     A hub id (`org/name`) is legal upstream, which downloads it; Accord works offline, so it cannot
-    read that model's facts and says so once. Anything else that is not a model folder is an error:
-    a path that does not exist, a file, or a folder without the model's config.
+    read that model's facts and says so once. A path that does not exist here may exist on the
+    machine the command is for: also a warning. A file or a folder without the model's config is
+    an error.
     """
     name = "model_index.json" if system == "diffusion" else "config.json"
     path = Path(model_path).expanduser()
@@ -92,15 +93,16 @@ def model_path_warning(model_path: str, system: str) -> str | None:
             return None
         raise UsageError(f"--model-path {model_path} is a file; point it at the model folder that holds "
                          f"{name} (or at a .gguf file).")
-    if _HUB_ID.fullmatch(model_path):
+    if _HUB_ID.fullmatch(model_path) and not model_path.startswith((".", "~")):
         return (f"--model-path {model_path} is not a local folder; read as a hub id, which Accord cannot "
                 f"fetch offline, so the model's facts (architecture, heads, context length) are unknown and "
                 f"rules that need them are not checked. Download it and pass the folder for a full check.")
-    raise UsageError(f"--model-path {model_path} does not exist; give a local model folder or a hub id "
-                     f"such as org/name.")
+    # A path of the machine the command is for (resolving here for another host is normal use).
+    return (f"--model-path {model_path} does not exist on this machine, so the model's facts are unknown "
+            f"and rules that need them are not checked; give them with --fact model.KEY=VALUE or resolve "
+            f"where the folder exists.")
 
 
-@functools.lru_cache(maxsize=1)
 def _pipeline_table() -> dict[str, Any]:
     return yaml.safe_load(PIPELINES_FILE.read_text(encoding="utf-8")) or {}
 

@@ -163,8 +163,13 @@ def test_a_hub_id_gives_unknown_model_facts_and_a_warning_naming_it():
     assert "meta-llama/Llama-3.1-8B" in note and "unknown" in note
 
 
+def test_a_path_missing_here_gives_unknown_model_facts_and_a_warning(tmp_path):
+    path = str(tmp_path / "no" / "such" / "folder")
+    assert model_facts(path) == {}
+    assert "does not exist on this machine" in model_path_warning(path, "llm")
+
+
 @pytest.mark.parametrize("make, words", [
-    (lambda root: root / "no" / "such" / "folder", "does not exist"),
     (lambda root: root, "folder without config.json"),
     (lambda root: (root / "weights.bin").write_bytes(b"x") and root / "weights.bin", "is a file"),
 ])
