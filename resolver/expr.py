@@ -20,7 +20,7 @@ import operator
 import re
 from typing import Any, Callable, Protocol
 
-TOP_LEVEL_FACTS = frozenset({"platform", "cuda", "rocm", "torch"})
+TOP_LEVEL_FACTS = frozenset({"platform", "cuda", "rocm", "torch", "engine"})
 
 
 class UnknownFact(Exception):

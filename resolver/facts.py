@@ -68,6 +68,8 @@ class FactSpec:
 
 FACT_KEYS: dict[str, FactSpec] = {
     "platform": FactSpec("str", "device family the engine runs on", choices=PLATFORMS),
+    "engine": FactSpec("str", "the engine that runs the config: accord (set by `accord serve`); "
+                              "absent: an upstream SGLang launch", choices=("accord",)),
     "cuda": FactSpec("version", "CUDA version torch was built with (null: no CUDA)", nullable=True),
     "rocm": FactSpec("version", "ROCm/HIP version torch was built with (null: no ROCm)", nullable=True),
     "torch": FactSpec("version", "torch version without its local tag (null: not installed)",

@@ -155,15 +155,19 @@ def load_rules(system: str, root: Path = RULES_DIR) -> RuleSet:
     if system not in SYSTEMS:
         raise UsageError(f"unknown system {system!r}; use one of: {', '.join(SYSTEMS)}.")
     rules: list[Rule] = []
+    first: list[Rule] = []
     seen: dict[str, str] = {}
     paths = rule_files(system, root)
     for path, documents in zip(paths, read_yaml_files(paths)):
         doc = documents[0] if documents else {}
         area = doc.get("area", path.stem)
+        # A file marked `consulted_first` (an engine profile) narrows the other files' choices: its
+        # prefer and default rules are tried before theirs, whatever the file names.
+        into = first if doc.get("consulted_first") else rules
         for entry in doc.get("rules") or ():
             rule = _rule_from_yaml(entry, area, path)
             if rule.id in seen:
                 raise UsageError(f"rule id {rule.id!r} is used twice ({seen[rule.id]} and {path.name}).")
             seen[rule.id] = path.name
-            rules.append(rule)
-    return RuleSet(system=system, rules=tuple(rules))
+            into.append(rule)
+    return RuleSet(system=system, rules=tuple(first + rules))
