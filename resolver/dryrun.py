@@ -181,18 +181,3 @@ def render(choices: list[Choice]) -> str:
             lines.append(f"  excluded  {describe_value(value):<{width}}  {first}")
             lines.extend(f"            {'':<{width}}  {more}" for more in rest)
     return "\n".join(lines)
-
-
-def main_dry_run(parsed, facts, opts) -> int:
-    from resolver.commands.resolve import print_conflict
-
-    try:
-        config, choices = dry_run(parsed.system, parsed.values, facts, opts.only)
-    except ConflictError as err:
-        return print_conflict(err, opts.json)
-    if opts.json:
-        print(json.dumps({"system": config.system, "hash": config.hash,
-                          "choices": [c.to_dict() for c in choices]}, indent=2, sort_keys=True))
-    else:
-        print(render(choices))
-    return 0
