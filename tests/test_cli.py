@@ -22,7 +22,7 @@ CONFLICT_KEYS = {"flags", "rules", "facts", "message", "fixes"}
 def toy(tmp_path, monkeypatch):
     """The toy rules and toy presets behind every command."""
     plan = toy_plan(tmp_path)
-    for target in ("resolver.api.plan_for", "resolver.dryrun.plan_for", "resolver.matrix.plan_for",
+    for target in ("resolver.api.plan_for", "resolver.dryrun.plan_for", "resolver.matrix.plan_for", "resolver.commands.matrix.plan_for",
                    "resolver.commands.why.plan_for"):
         monkeypatch.setattr(target, lambda system: plan)
 
