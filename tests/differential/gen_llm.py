@@ -107,7 +107,7 @@ def _flag_pool(r: random.Random, model: str) -> list:
         (4, lambda: _spec(r, model)),
         (3, lambda: ["--chunked-prefill-size", str(r.choice([-1, 2048, 4096, 8192, 16384]))]),
         (3, lambda: ["--disable-cuda-graph"]),
-        (2, lambda: ["--cuda-graph-max-bs", str(r.choice([16, 64, 160, 512]))]),
+        (2, lambda: ["--cuda-graph-max-bs-decode", str(r.choice([16, 64, 160, 512]))]),
         (3, lambda: ["--mem-fraction-static", str(r.choice([0.7, 0.8, 0.85, 0.9]))]),
         (2, lambda: ["--page-size", str(r.choice([1, 16, 32, 64, 128]))]),
         (3 if moe else 1, lambda: ["--moe-runner-backend", r.choice(
@@ -259,6 +259,7 @@ HAND = [
     # deliverable 4: catalog holes (current spellings)
     ("attn-dp-size", "h100", [DS, "--tp-size", "8", "--attn-dp-size", "8"]),
     ("cuda-graph-max-bs-decode", "h100", [L8, "--cuda-graph-max-bs-decode", "64"]),
+    ("cuda-graph-max-bs-seed", "h100", [L8, "--cuda-graph-max-bs", "64"]),
 ]
 
 
