@@ -4,8 +4,12 @@ The fixture (tests/differential/fixtures/llm_oracle.json) holds generated launch
 the upstream oracle decided for each (built by `python -m tests.differential.run_llm`); no sglang is
 needed here. Every case must agree with upstream, except the cases listed in
 tests/differential/llm_disagreements.yaml, each with its reason (seed wins, upstream bug, launch-time
-truth). The table must match exactly: a new disagreement is a regression, a listed case that now
-agrees is an accidental change of a deliberate decision; both fail.
+truth; `open` marks a difference not yet resolved, which does not count as agreement). The table
+must match exactly: a new disagreement is a regression, a listed case that now agrees is an
+accidental change of a deliberate decision; both fail.
+
+Issue 12 counts a case as agreeing when Accord decides what upstream decides "within the rules":
+a listed disagreement with a deliberate reason counts, an `open` one does not.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import yaml
 from tests.differential.score import load_fixture, score
 
 HERE = Path(__file__).resolve().parent / "differential"
-REASONS = {"seed wins", "upstream bug", "launch-time truth"}
+DELIBERATE = {"seed wins", "upstream bug", "launch-time truth"}
+REASONS = DELIBERATE | {"open"}
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +46,9 @@ def test_every_listed_disagreement_has_a_known_reason(table):
         assert entry.get("why"), cid
 
 
-def test_agreement_is_at_least_95_percent(results):
-    agree = sum(1 for diffs in results.values() if not diffs)
+def test_agreement_within_the_rules_is_at_least_95_percent(results, table):
+    agree = sum(1 for cid, diffs in results.items()
+                if not diffs or table.get(cid, {}).get("reason") in DELIBERATE)
     assert agree / len(results) >= 0.95, f"{agree}/{len(results)}"
 
 

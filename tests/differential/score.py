@@ -167,6 +167,17 @@ def main(argv: list[str] | None = None) -> int:
     rnd = len(results) - len(hand)
     print(f"LLM agreement: {agree}/{len(results)} = {100 * agree / max(1, len(results)):.1f}% "
           f"(hand-picked {hand_agree}/{len(hand)}, random {agree - hand_agree}/{rnd})")
+    table_path = Path(opts.table) if opts.table else Path(__file__).parent / "llm_disagreements.yaml"
+    if table_path.is_file():
+        import yaml
+        table = yaml.safe_load(table_path.read_text())["cases"]
+        ok = sum(1 for cid, d in results.items() if not d or (table.get(cid) or {}).get("reason")
+                 in ("seed wins", "upstream bug", "launch-time truth"))
+        reasons = collections.Counter((table.get(cid) or {}).get("reason", "unlisted")
+                                      for cid, d in results.items() if d)
+        print(f"within the rules (agree, or a listed seed-wins / upstream-bug / launch-time-truth "
+              f"case): {ok}/{len(results)} = {100 * ok / max(1, len(results)):.1f}%; "
+              f"disagreements by reason: {dict(sorted(reasons.items()))}")
     cases = {c["id"]: c for c in fixture["cases"]}
     for field, ids in sorted(by_field.items(), key=lambda kv: -len(kv[1])):
         print(f"\n{field}: {len(ids)} case(s)")
