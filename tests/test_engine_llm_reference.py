@@ -72,6 +72,23 @@ def last_logits(worker: Worker, ids: list[int]) -> torch.Tensor:
         pool.release(pages)
 
 
+CHATS = [[{"role": "user", "content": "What is the capital of France?"}],
+         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+          {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Count 1 to 12."}]]
+
+
+@pytest.mark.parametrize("chat", CHATS, ids=["default-system", "multi-turn"])
+def test_chat_template_and_tokens_match_transformers(reference, chat):
+    from engine.llm.model_config import load_model_config
+    from engine.llm.tokenizer import make_tokenizer
+
+    ours = make_tokenizer(load_model_config(str(GGUF)))
+    text = reference[1].apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    assert ours.apply_chat_template(chat) == text
+    assert ours.encode(text) == reference[1](text, add_special_tokens=False).input_ids
+    assert ours.decode(ours.encode("Paris, 2024 ✓")) == "Paris, 2024 ✓"
+
+
 def test_resolver_sees_smollm2_facts_from_the_gguf_header():
     facts = model_facts(str(GGUF))
     assert (facts["model.num_attention_heads"], facts["model.num_key_value_heads"]) == (9, 3)
