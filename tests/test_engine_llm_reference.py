@@ -128,3 +128,15 @@ def test_greedy_32_tokens_match_transformers_generate(worker, reference):
         messages = []
     assert len(expected) == 32 or expected[-1] == 2  # 32 tokens, or up to SmolLM2's <|im_end|>
     assert results["r"]["ids"][:len(expected)] == expected
+
+
+@pytest.mark.parametrize("tp, code", [(2, 3), (3, 0)])
+def test_tp_must_divide_smollm2s_nine_heads(tp, code):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "resolver.cli", "resolve", "--facts", "probe",
+                           "--model-path", str(GGUF), "--tp-size", str(tp)], capture_output=True, text=True)
+    assert done.returncode == code, done.stdout + done.stderr
+    if code:
+        assert "par.tp.divides_attention_heads" in done.stdout + done.stderr
