@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from resolver.catalog import RULES_DIR, SYSTEMS
 from resolver.errors import UsageError
 from resolver.gguf_header import gguf_facts
-from resolver.model_location import gguf_file
+from resolver.model_location import gguf_file, local_path
 
 BUILTIN_MODELS = {"llm": RULES_DIR / "models" / "tiny-llama", "diffusion": RULES_DIR / "models" / "tiny-dit"}
 
@@ -54,7 +54,7 @@ def model_facts(model_path: str | None, system: str = "llm") -> dict[str, Any]:
     if system not in SYSTEMS:
         raise UsageError(f"unknown system {system!r}; use one of: {', '.join(SYSTEMS)}.")
     folder = BUILTIN_MODELS[system] if model_path is None else Path(model_path).expanduser()
-    gguf = gguf_file(folder) if system == "llm" and model_path is not None else None
+    gguf = gguf_file(local_path(model_path)) if system == "llm" and model_path is not None else None
     if gguf is not None:
         return gguf_facts(gguf)
     if not folder.is_dir():

