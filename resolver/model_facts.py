@@ -25,6 +25,8 @@ import yaml
 
 from resolver.catalog import RULES_DIR, SYSTEMS
 from resolver.errors import UsageError
+from resolver.gguf_header import gguf_facts
+from resolver.model_location import BUILTIN_NAMES, DEFAULT_NAME, gguf_file, local_path
 from resolver.yamlcache import read_yaml_files
 
 PIPELINES_FILE = RULES_DIR / "diffusion" / "data" / "pipelines.yaml"
@@ -48,6 +50,11 @@ def model_facts(model_path: str | None, system: str = "llm") -> dict[str, Any]:
     name = "model_index.json" if system == "diffusion" else "config.json"
     if model_path is not None and model_path_warning(model_path, system) is not None:
         return {}
+    gguf = gguf_file(local_path(model_path)) if system == "llm" and model_path is not None else None
+    if gguf is not None:
+        return gguf_facts(gguf)
+    if model_path is not None:
+        folder = local_path(model_path)
     if not (folder / name).is_file():
         return {}
     config = _read_json(folder / name)
@@ -69,6 +76,8 @@ def model_path_warning(model_path: str, system: str) -> str | None:
     an error.
     """
     name = "model_index.json" if system == "diffusion" else "config.json"
+    if model_path in BUILTIN_NAMES or (model_path == DEFAULT_NAME and local_path(model_path) is not None):
+        return None
     path = Path(model_path).expanduser()
     if not model_path.strip():
         raise UsageError("--model-path is empty; give a local model folder or a hub id such as org/name.")

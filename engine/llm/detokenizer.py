@@ -14,7 +14,7 @@ import zmq
 from engine.llm.messages import pack, unpack
 from engine.llm.model_config import load_model_config
 from engine.llm.settings import EngineSettings
-from engine.llm.tokenizer import IncrementalDecoder
+from engine.llm.tokenizer import incremental_decoder, make_tokenizer
 from engine.ports import Endpoints, bind_private
 from engine.supervisor import report_ready
 from resolver.frozen import ResolvedConfig
@@ -23,8 +23,8 @@ from resolver.frozen import ResolvedConfig
 class RequestText:
     """The text produced so far for one request."""
 
-    def __init__(self):
-        self._decoder = IncrementalDecoder()
+    def __init__(self, tokenizer=None):
+        self._decoder = incremental_decoder(tokenizer)
         self._text = ""
         self._emitted = 0
 
@@ -41,14 +41,14 @@ class RequestText:
 
 
 class Detokenizer:
-    def __init__(self, with_text: bool):
-        self.with_text = with_text
+    def __init__(self, with_text: bool, tokenizer=None):
+        self.with_text, self.tokenizer = with_text, tokenizer
         self._requests: dict[str, RequestText] = {}
 
     def convert(self, item: dict[str, Any]) -> dict[str, Any]:
         if not self.with_text:
             return {**item, "text": None}
-        state = self._requests.setdefault(item["rid"], RequestText())
+        state = self._requests.setdefault(item["rid"], RequestText(self.tokenizer))
         reason = item.get("finish_reason") or {}
         stop = reason.get("matched") if isinstance(reason.get("matched"), str) else None
         text = state.update(item["ids"], item["finished"], stop)
@@ -60,8 +60,9 @@ class Detokenizer:
 def run_detokenizer(config_data: dict, endpoints: Endpoints) -> None:
     """Process entry point."""
     settings = EngineSettings.from_config(ResolvedConfig.from_dict(config_data))
-    load_model_config(settings.model_path)  # fail here too if the model folder is unusable
-    detokenizer = Detokenizer(with_text=not settings.skip_tokenizer_init)
+    model = load_model_config(settings.model_path)  # fail here too if the model folder is unusable
+    tokenizer = None if settings.skip_tokenizer_init else make_tokenizer(model, settings.model_path)
+    detokenizer = Detokenizer(with_text=not settings.skip_tokenizer_init, tokenizer=tokenizer)
     context = zmq.Context()
     context.setsockopt(zmq.LINGER, 0)  # never block exit on unsent messages
     inbox = context.socket(zmq.PULL)

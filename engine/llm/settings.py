@@ -25,7 +25,7 @@ PLATFORMS = ("cpu", "cuda", "rocm")
 
 # Features this engine does not implement, with the values that mean "off" (the profile refuses them).
 NOT_IMPLEMENTED_UNLESS = {
-    "quantization": (None,),
+    "quantization": (None, "gguf"),  # GGUF weights are dequantized at load (engine/llm/weights.py)
     "speculative_algorithm": (None,),
     "enable_lora": (None, False),
     "tokenizer_worker_num": (1,),
