@@ -7,7 +7,7 @@ plain data. Every message is a map with a "type" key:
                              {"type": "abort", "rid"}
     scheduler -> detokenizer {"type": "outputs", "items": [{"rid", "ids", "finished",
                               "finish_reason", "prompt_tokens", "completion_tokens",
-                              "cached_tokens", "error"}]}
+                              "cached_tokens", "stop", "error"}]}
     detokenizer -> front end the same items, each with "text" (the new text) added
 """
 

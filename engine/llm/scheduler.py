@@ -286,7 +286,7 @@ class Scheduler:
         self._outputs.append({"rid": req.rid, "ids": ids, "finished": finished,
                               "finish_reason": req.finish_reason, "prompt_tokens": len(req.input_ids),
                               "completion_tokens": len(req.output_ids), "cached_tokens": req.prefix_len,
-                              "error": None, "error_code": None})
+                              "stop": list(req.params.stop), "error": None, "error_code": None})
 
     def take_outputs(self) -> list[dict[str, Any]]:
         outputs, self._outputs = self._outputs, []
