@@ -146,3 +146,16 @@ def test_wrong_key_is_a_401_and_unknown_routes_are_json(server, http):
     assert missing.status_code == 404 and missing.json()["error"]["code"] == 404
     wrong_method = http.get("/v1/completions")
     assert wrong_method.status_code == 405 and wrong_method.json()["error"]["code"] == 405
+
+
+def test_health_generate_runs_a_real_generation(server):
+    response = httpx.get(f"{server.url}/health_generate", timeout=60)
+    assert response.status_code == 200 and response.json() == {"status": "ok"}
+
+
+def test_a_body_over_the_limit_is_a_413(http):
+    from engine.llm.http_server import MAX_BODY_BYTES
+    response = http.post("/generate", content=b" " * (MAX_BODY_BYTES + 1),
+                         headers={"content-type": "application/json"})
+    assert response.status_code == 413 and "limit" in response.json()["error"]["message"]
+

@@ -37,9 +37,11 @@ from engine.llm.settings import EngineSettings
 from engine.llm.tokenizer import make_tokenizer
 from engine.ports import Endpoints, bind_private
 from engine.supervisor import report_ready
+from resolver.errors import UsageError
 from resolver.frozen import ResolvedConfig
 
 OPENAI_COMPLETION_DEFAULT_MAX_TOKENS = 16
+HEALTH_GENERATE_TIMEOUT_S = 20.0
 
 
 class BadRequest(Exception):
@@ -167,9 +169,22 @@ async def final_item(items: AsyncIterator[dict]) -> dict:
 
 # -- request parsing -------------------------------------------------------------------------------
 
+# Far above any prompt the context holds as text or token ids; a bigger body is refused unread.
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
 async def read_json(request: Request) -> dict:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise BadRequest(f"the request body is {declared} bytes; the limit is {MAX_BODY_BYTES}", 413)
+    data = bytearray()
+    async for piece in request.stream():
+        data += piece
+        if len(data) > MAX_BODY_BYTES:
+            raise BadRequest(f"the request body exceeds the limit of {MAX_BODY_BYTES} bytes", 413)
     try:
-        body = json.loads(await request.body())
+        # Parsing a large body takes a while: off the event loop, so other requests keep flowing.
+        body = await asyncio.to_thread(json.loads, bytes(data))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise BadRequest(f"the request body is not valid JSON: {err}") from None
     if not isinstance(body, dict):
@@ -334,7 +349,7 @@ def build_app(front: FrontEnd) -> Starlette:
     tokenizer = front.tokenizer
     skip_text = front.settings.skip_tokenizer_init
 
-    def prompt_ids(prompt: Any, field: str) -> list[int]:
+    async def prompt_ids(prompt: Any, field: str) -> list[int]:
         """A prompt given as text or as token ids."""
         if isinstance(prompt, list):
             if not all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
@@ -343,7 +358,7 @@ def build_app(front: FrontEnd) -> Starlette:
         if isinstance(prompt, str):
             if skip_text:
                 raise BadRequest("the server runs with --skip-tokenizer-init: send token ids, not text")
-            return tokenizer.encode(prompt)
+            return await asyncio.to_thread(tokenizer.encode, prompt)
         raise BadRequest(f"{field} must be a string or a list of token ids")
 
     def meta(item: dict, rid: str) -> dict:
@@ -358,7 +373,7 @@ def build_app(front: FrontEnd) -> Starlette:
         if "input_ids" not in body and "text" not in body:
             raise BadRequest("text or input_ids is required")
         field = "input_ids" if "input_ids" in body else "text"
-        ids = prompt_ids(body[field], field)
+        ids = await prompt_ids(body[field], field)
         rid = str(body.get("rid") or uuid.uuid4().hex)
         items = front.submit(ids, params, stream, rid)
         if stream:
@@ -383,11 +398,11 @@ def build_app(front: FrontEnd) -> Starlette:
             raise BadRequest(f"The model `{model}` does not exist. This server serves "
                              f"`{front.model_name}`.", 404)
 
-    def prompts_of(raw: Any) -> list[list[int]]:
+    async def prompts_of(raw: Any) -> list[list[int]]:
         """A completion prompt: text, token ids, or a non-empty list of either."""
         if isinstance(raw, list) and raw and all(isinstance(p, (str, list)) for p in raw):
-            return [prompt_ids(p, f"prompt[{i}]") for i, p in enumerate(raw)]
-        return [prompt_ids(raw, "prompt")]
+            return [await prompt_ids(p, f"prompt[{i}]") for i, p in enumerate(raw)]
+        return [await prompt_ids(raw, "prompt")]
 
     def start_choices(prompts: list[list[int]], n: int, params: SamplingParams, stream: bool,
                       rid: str) -> Choices:
@@ -431,7 +446,7 @@ def build_app(front: FrontEnd) -> Starlette:
         usage_wanted = include_usage(body)
         if "prompt" not in body:
             raise BadRequest("prompt is required")
-        prompts = prompts_of(body["prompt"])
+        prompts = await prompts_of(body["prompt"])
         rid = f"cmpl-{uuid.uuid4().hex}"
         base = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": front.model_name}
         choices = start_choices(prompts, n, params, stream, rid)
@@ -521,6 +536,19 @@ def build_app(front: FrontEnd) -> Starlette:
             return JSONResponse({"status": "ok"})
         return JSONResponse({"status": "starting"}, status_code=503)
 
+    async def health_generate(request: Request) -> Response:
+        """Healthy only if a real one-token generation comes back through every process."""
+        if not front.ready:
+            return JSONResponse({"status": "starting"}, status_code=503)
+        seed = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else 0
+        params = SamplingParams(max_new_tokens=1, temperature=0.0, ignore_eos=True)
+        try:
+            await asyncio.wait_for(final_item(front.submit([seed], params, False, f"health-{uuid.uuid4().hex}")),
+                                   HEALTH_GENERATE_TIMEOUT_S)
+        except (asyncio.TimeoutError, BadRequest) as err:
+            return error_response(f"the health generation failed: {err or 'timed out'}", 503)
+        return JSONResponse({"status": "ok"})
+
     async def server_info(request: Request) -> Response:
         info = redacted(front.config.to_dict())
         info["runtime"] = {f"dp{d}": front.runtime[d] for d in sorted(front.runtime)}
@@ -553,6 +581,7 @@ def build_app(front: FrontEnd) -> Starlette:
         Route("/detokenize", guarded(detokenize), methods=["POST"]),
         Route("/get_model_info", guarded(model_info), methods=["GET"]),
         Route("/health", guarded(health, public=True), methods=["GET"]),
+        Route("/health_generate", guarded(health_generate, public=True), methods=["GET"]),
         Route("/server_info", guarded(server_info), methods=["GET"]),
     ]
     async def http_error(request: Request, exc: HTTPException) -> Response:
@@ -587,8 +616,11 @@ def run_http(config_data: dict, endpoints: Endpoints) -> None:
         serving = asyncio.create_task(server.serve())
         while not server.started:
             if serving.done():
-                serving.result()
-                raise RuntimeError(f"the HTTP server could not start on {settings.host}:{settings.port}")
+                with contextlib.suppress(SystemExit, OSError):  # uvicorn exits on a bind failure
+                    serving.result()
+                # Usually another process took the port after resolution checked it: bad usage (2).
+                raise UsageError(f"the HTTP server could not listen on {settings.host}:{settings.port} "
+                                 "(is another process using that port?); pick a free --port")
             await asyncio.sleep(0.01)
         report_ready()
         # Either task ending ends the process; a failure of either is this process's error.
