@@ -17,7 +17,7 @@ MODEL = "tiny-test"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = Server(server_config(api_key=API_KEY, served_model_name=MODEL), tmp_path_factory.mktemp("llm-openai"))
+    srv = Server(server_config(api_key=API_KEY, served_model_name=MODEL, enable_metrics=True), tmp_path_factory.mktemp("llm-openai"))
     yield srv
     assert srv.stop() == 0
     assert [p for p in srv.pids.values() if alive(p)] == []
@@ -159,3 +159,14 @@ def test_a_body_over_the_limit_is_a_413(http):
                          headers={"content-type": "application/json"})
     assert response.status_code == 413 and "limit" in response.json()["error"]["message"]
 
+
+
+def test_metrics_count_requests_and_tokens_in_prometheus_format(client, server):
+    client.completions.create(model=MODEL, prompt="count me", **GREEDY)
+    text = httpx.get(f"{server.url}/metrics", timeout=30).text
+    samples = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+               if line and not line.startswith("#")}
+    assert samples[f'accord_requests_total{{model_name="{MODEL}",outcome="finished"}}'] >= 1
+    assert samples[f'accord_generation_tokens_total{{model_name="{MODEL}"}}'] >= 8
+    assert samples[f'accord_time_to_first_token_seconds_count{{model_name="{MODEL}"}}'] >= 1
+    assert f'accord_num_requests_running{{model_name="{MODEL}"}}' in samples

@@ -83,6 +83,10 @@ class FrontEnd:
         self.runtime: dict[int, dict] = {}
         self._queues: dict[str, asyncio.Queue] = {}
         self._next_group = itertools.cycle(range(len(endpoints.scheduler_inputs)))
+        self.metrics = None
+        if config.values.get("enable_metrics"):
+            from engine.llm.metrics import Metrics  # prometheus-client only when asked for
+            self.metrics = Metrics(self.model_name)
 
     @property
     def ready(self) -> bool:
@@ -143,6 +147,8 @@ class FrontEnd:
         queue = self._queues[rid]
         outbox = self._outboxes[next(self._next_group)]
         finished = False
+        timer = self.metrics.track() if self.metrics else None
+        outcome = "aborted"
         try:
             await outbox.send(pack(
                 {"type": "generate", "rid": rid, "input_ids": input_ids, "sampling": params.to_dict(),
@@ -150,11 +156,17 @@ class FrontEnd:
             while not finished:
                 item = await queue.get()
                 if item.get("error"):
-                    finished = True
+                    finished, outcome = True, "error"
                     raise BadRequest(item["error"], item.get("error_code") or 400)
                 finished = item["finished"]
+                if timer:
+                    timer.output(item)
+                if finished:
+                    outcome = "finished"
                 yield item
         finally:
+            if timer:
+                timer.done(outcome)
             del self._queues[rid]
             if not finished:  # the caller went away: stop spending compute on it
                 await outbox.send(pack({"type": "abort", "rid": rid}))
@@ -549,6 +561,11 @@ def build_app(front: FrontEnd) -> Starlette:
             return error_response(f"the health generation failed: {err or 'timed out'}", 503)
         return JSONResponse({"status": "ok"})
 
+    async def metrics(request: Request) -> Response:
+        if front.metrics is None:
+            raise BadRequest("metrics are off; start the server with --enable-metrics", 404)
+        return Response(front.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
     async def server_info(request: Request) -> Response:
         info = redacted(front.config.to_dict())
         info["runtime"] = {f"dp{d}": front.runtime[d] for d in sorted(front.runtime)}
@@ -580,6 +597,7 @@ def build_app(front: FrontEnd) -> Starlette:
         Route("/tokenize", guarded(tokenize), methods=["POST"]),
         Route("/detokenize", guarded(detokenize), methods=["POST"]),
         Route("/get_model_info", guarded(model_info), methods=["GET"]),
+        Route("/metrics", guarded(metrics, public=True), methods=["GET"]),
         Route("/health", guarded(health, public=True), methods=["GET"]),
         Route("/health_generate", guarded(health_generate, public=True), methods=["GET"]),
         Route("/server_info", guarded(server_info), methods=["GET"]),
