@@ -13,11 +13,14 @@ import pytest
 from tests.test_engine_llm_server import API_KEY, AUTH, Server, alive, server_config
 
 MODEL = "tiny-test"
+ADMIN_KEY = "admin-test-key"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = Server(server_config(api_key=API_KEY, served_model_name=MODEL, enable_metrics=True), tmp_path_factory.mktemp("llm-openai"))
+    srv = Server(server_config(api_key=API_KEY, served_model_name=MODEL, enable_metrics=True,
+                                     admin_api_key=ADMIN_KEY), tmp_path_factory.mktemp("llm-openai"))
     yield srv
     assert srv.stop() == 0
     assert [p for p in srv.pids.values() if alive(p)] == []
@@ -135,9 +138,12 @@ def test_tokenize_and_detokenize_round_trip(http):
     assert http.get("/get_model_info").json()["served_model_name"] == MODEL
 
 
-def test_server_info_never_shows_the_api_key(http):
-    text = http.get("/server_info").text
-    assert API_KEY not in text and "<redacted>" in text
+def test_admin_routes_take_the_admin_key_and_server_info_shows_no_key(http):
+    assert http.get("/server_info").status_code == 401, "the plain API key is not an admin key"
+    assert http.post("/flush_cache").status_code == 401
+    response = http.get("/server_info", headers=ADMIN)
+    assert response.status_code == 200
+    assert API_KEY not in response.text and ADMIN_KEY not in response.text and "<redacted>" in response.text
 
 
 def test_wrong_key_is_a_401_and_unknown_routes_are_json(server, http):
@@ -170,3 +176,12 @@ def test_metrics_count_requests_and_tokens_in_prometheus_format(client, server):
     assert samples[f'accord_generation_tokens_total{{model_name="{MODEL}"}}'] >= 8
     assert samples[f'accord_time_to_first_token_seconds_count{{model_name="{MODEL}"}}'] >= 1
     assert f'accord_num_requests_running{{model_name="{MODEL}"}}' in samples
+
+
+def test_flush_cache_makes_the_next_request_recompute_its_prefix(http):
+    body = {"text": "a prefix long enough to fill one KV page at least", "sampling_params": {
+        "max_new_tokens": 2, "temperature": 0, "ignore_eos": True}}
+    http.post("/generate", json=body)
+    assert http.post("/generate", json=body).json()["meta_info"]["cached_tokens"] >= 16
+    assert http.post("/flush_cache", headers=ADMIN).status_code == 200
+    assert http.post("/generate", json=body).json()["meta_info"]["cached_tokens"] == 0

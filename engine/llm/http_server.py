@@ -566,17 +566,26 @@ def build_app(front: FrontEnd) -> Starlette:
             raise BadRequest("metrics are off; start the server with --enable-metrics", 404)
         return Response(front.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    async def flush_cache(request: Request) -> Response:
+        for outbox in front._outboxes:
+            await outbox.send(pack({"type": "flush_cache"}))
+        return JSONResponse({"status": "ok", "message": "cached prefixes not in use are released"})
+
     async def server_info(request: Request) -> Response:
         info = redacted(front.config.to_dict())
         info["runtime"] = {f"dp{d}": front.runtime[d] for d in sorted(front.runtime)}
         return JSONResponse(info)
 
-    def guarded(handler, public: bool = False):
+    admin_key = front.config.values.get("admin_api_key")
+
+    def guarded(handler, public: bool = False, admin: bool = False):
+        """API-key check (constant time); admin routes take --admin-api-key when one is set."""
         async def endpoint(request: Request) -> Response:
-            key = front.settings.api_key
+            key = admin_key if admin and admin_key else front.settings.api_key
             given = request.headers.get("authorization", "").encode()
             if key and not public and not hmac.compare_digest(given, f"Bearer {key}".encode()):
-                return error_response("missing or wrong API key (Authorization: Bearer ...)", 401)
+                which = "admin API key" if admin and admin_key else "API key"
+                return error_response(f"missing or wrong {which} (Authorization: Bearer ...)", 401)
             try:
                 return await handler(request)
             except BadRequest as err:
@@ -600,7 +609,8 @@ def build_app(front: FrontEnd) -> Starlette:
         Route("/metrics", guarded(metrics, public=True), methods=["GET"]),
         Route("/health", guarded(health, public=True), methods=["GET"]),
         Route("/health_generate", guarded(health_generate, public=True), methods=["GET"]),
-        Route("/server_info", guarded(server_info), methods=["GET"]),
+        Route("/server_info", guarded(server_info, admin=True), methods=["GET"]),
+        Route("/flush_cache", guarded(flush_cache, admin=True), methods=["POST"]),
     ]
     async def http_error(request: Request, exc: HTTPException) -> Response:
         return error_response(exc.detail or "error", exc.status_code)

@@ -104,6 +104,13 @@ class Scheduler:
             self._add(message)
         elif message["type"] == "abort":
             self._abort(message["rid"])
+        elif message["type"] == "flush_cache":
+            self.flush_cache()
+
+    def flush_cache(self) -> None:
+        """Drop every cached prefix no running request holds (locked ones stay until released)."""
+        if self.cache is not None:
+            self.cache.evict(self.pool.num_pages)
 
     def _add(self, message: dict[str, Any]) -> None:
         rid, input_ids = message["rid"], list(message["input_ids"])
