@@ -172,11 +172,34 @@ class FrontEnd:
                 await outbox.send(pack({"type": "abort", "rid": rid}))
 
 
+DISCONNECT_POLL_S = 0.25
+
+
+async def unless_disconnected(request: Request, work):
+    """Await `work`, cancelling it (which aborts its requests) if the client goes away first."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                raise BadRequest("the client disconnected", 499)
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, BadRequest):
+                await task
+
+
 async def final_item(items: AsyncIterator[dict]) -> dict:
     """The last (for a non-streamed request, the only) output item."""
-    async for item in items:
-        last = item
-    return last
+    try:
+        async for item in items:
+            last = item
+        return last
+    finally:
+        await items.aclose()  # on cancellation too: closing an unfinished request aborts it
 
 
 # -- request parsing -------------------------------------------------------------------------------
@@ -397,7 +420,7 @@ def build_app(front: FrontEnd) -> Starlette:
                     yield {"text": None if skip_text else text, "output_ids": out_ids,
                            "meta_info": meta(item, rid)}
             return sse(events(), items)
-        item = await final_item(items)
+        item = await unless_disconnected(request, final_item(items))
         return JSONResponse({"text": item["text"], "output_ids": item["ids"], "meta_info": meta(item, rid)})
 
     def usage(item: dict) -> dict:
@@ -467,7 +490,7 @@ def build_app(front: FrontEnd) -> Starlette:
                 return {"index": index, "text": item["text"] or "", "logprobs": None,
                         "finish_reason": finish_reason(item)}
             return openai_stream(choices, chunk, base, usage_wanted, prompts, n)
-        finals = await choices.finals()
+        finals = await unless_disconnected(request, choices.finals())
         return JSONResponse({**base, "choices": [
             {"index": i, "text": item["text"] or "", "logprobs": None, "finish_reason": finish_reason(item)}
             for i, item in enumerate(finals)], "usage": total_usage(finals, [p for p in prompts for _ in range(n)])})
@@ -498,7 +521,7 @@ def build_app(front: FrontEnd) -> Starlette:
                 return {"index": index, "delta": delta, "finish_reason": finish_reason(item)}
             return openai_stream(choices, chunk, {**base, "object": "chat.completion.chunk"},
                                  usage_wanted, prompts, n)
-        finals = await choices.finals()
+        finals = await unless_disconnected(request, choices.finals())
         return JSONResponse({**base, "object": "chat.completion", "choices": [
             {"index": i, "message": {"role": "assistant", "content": item["text"]},
              "finish_reason": finish_reason(item)} for i, item in enumerate(finals)],
