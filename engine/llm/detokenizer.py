@@ -1,7 +1,9 @@
 """The detokenizer process: scheduler token ids in, text deltas out to the front end.
 
 It keeps one incremental decoder per request, so a streamed multi-byte character is emitted once,
-whole, and cuts the final text at a matched stop string (as OpenAI servers do). With
+whole, and cuts the final text at a matched stop string (as OpenAI servers do). While a request
+runs, a tail of its text that could be the start of one of its stop strings is held back, so the
+streamed deltas concatenate to exactly the non-streamed text. With
 --skip-tokenizer-init it passes ids through and adds no text. Imports no torch.
 """
 
@@ -28,16 +30,30 @@ class RequestText:
         self._text = ""
         self._emitted = 0
 
-    def update(self, ids: list[int], finished: bool, stop: str | None) -> str:
+    def update(self, ids: list[int], finished: bool, stop: str | None,
+               stops: tuple[str, ...] = ()) -> str:
         """Feed new ids; returns the text to add to what was already emitted."""
         self._text += self._decoder.feed(ids, final=finished)
         visible = self._text
         if finished and stop:
             cut = visible.find(stop)
             visible = visible if cut < 0 else visible[:cut]
+        elif not finished:
+            visible = visible[:len(visible) - held_back(visible, stops)]
         delta = visible[self._emitted:]
         self._emitted = max(self._emitted, len(visible))
         return delta
+
+
+def held_back(text: str, stops: tuple[str, ...]) -> int:
+    """How many trailing characters of `text` might begin a stop string (not emitted yet)."""
+    longest = 0
+    for s in stops:
+        for n in range(min(len(s) - 1, len(text)), longest, -1):
+            if text.endswith(s[:n]):
+                longest = n
+                break
+    return longest
 
 
 class Detokenizer:
@@ -51,7 +67,7 @@ class Detokenizer:
         state = self._requests.setdefault(item["rid"], RequestText(self.tokenizer))
         reason = item.get("finish_reason") or {}
         stop = reason.get("matched") if isinstance(reason.get("matched"), str) else None
-        text = state.update(item["ids"], item["finished"], stop)
+        text = state.update(item["ids"], item["finished"], stop, tuple(item.get("stop") or ()))
         if item["finished"]:
             del self._requests[item["rid"]]
         return {**item, "text": text}
