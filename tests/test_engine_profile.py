@@ -85,9 +85,7 @@ def test_print_config_prints_the_table_and_starts_nothing(capsys):
     ("llm", ["--facts", "h100", "--cuda-graph-backend-decode", "breakable"], "cuda_graph_backend_decode"),
     ("llm", ["--facts", "h100", "--speculative-algorithm", "NGRAM"], "speculative_algorithm"),
     ("llm", ["--facts", "cpu", "--enable-lora"], "enable_lora"),
-    ("llm", ["--facts", "cpu", "--enable-metrics"], "enable_metrics"),
     ("llm", ["--facts", "cpu", "--chat-template", "chatml"], "chat_template"),
-    ("llm", ["--facts", "cpu", "--admin-api-key", "secret"], "admin_api_key"),
     ("llm", ["--facts", "cpu", "--watchdog-timeout", "60"], "watchdog_timeout"),
     ("llm", ["--facts", "cpu", "--log-level", "debug"], "log_level"),
     ("diffusion", ["--facts", "h100", "--attention-backend", "fa"], "attention_backend"),
@@ -156,3 +154,11 @@ def test_the_llm_engine_starts_from_the_cpu_presets_serve_config(tmp_path):
                 proc.kill()
             log.close()
     assert code == 0, "SIGTERM is a clean shutdown"
+
+
+def test_http_features_the_engine_implements_resolve_under_the_profile(capsys):
+    code, out, _ = run(capsys, "serve", "--print-config", "--json", "--facts", "cpu",
+                       "--enable-metrics", "--admin-api-key", "secret")
+    assert code == 0
+    values = json.loads(out)["values"]
+    assert values["enable_metrics"] is True and values["admin_api_key"] == "secret"
