@@ -8,25 +8,7 @@ import pytest
 from resolver.errors import UsageError
 from resolver.expr import UnknownFact, parse
 from resolver.rules import load_derived, load_rules
-
-
-class Env:
-    def __init__(self, flags=None, facts=None):
-        self.flags, self.facts = flags or {}, facts or {}
-
-    def flag(self, name):
-        return self.flags.get(name)
-
-    def fact(self, key):
-        if key not in self.facts:
-            raise UnknownFact(key)
-        return self.facts[key]
-
-    def is_set(self, name):
-        return name in self.flags
-
-    def user_value(self, name):
-        return self.flags.get(name)
+from tests.test_expr import Env  # the expression tests' environment: flags and facts
 
 
 def _write(tmp_path, text):
