@@ -27,7 +27,7 @@ from typing import Any, Callable
 from resolver.catalog import SYSTEMS, Catalog, DeprecatedSpelling, Flag, load_catalog
 from resolver.configfile import read_config
 from resolver.errors import UsageError
-from resolver.flagvalues import BadValue, convert_data, convert_text, describe_expected, usage_error
+from resolver.flagvalues import BadValue, convert_data, convert_text, describe_expected, takes_mapping, usage_error
 
 AddOptions = Callable[[argparse.ArgumentParser], None]
 
@@ -391,10 +391,10 @@ def _read_config_values(path: str, catalog: Catalog,
         if found is None and key.replace("-", "_") in catalog:
             flag = catalog[key.replace("-", "_")]
             found = (flag, "current", None)
-        if isinstance(entry.value, dict) and (found is None or found[0].type != "json"):
+        if isinstance(entry.value, dict) and (found is None or not takes_mapping(found[0])):
             raise UsageError(
                 f"{where}: key {entry.key!r} holds a nested mapping; config files are flat, one flag per "
-                f"key (e.g. tp_size: 2), and only JSON-valued flags take a mapping."
+                f"key (e.g. tp_size: 2), and only JSON-valued or map-valued flags take a mapping."
             )
         if found is None:
             close = suggest("--" + key.replace("_", "-"), _known_spellings(catalog))
@@ -406,6 +406,8 @@ def _read_config_values(path: str, catalog: Catalog,
         flag, role, spelling = found
         if flag.meta:
             raise UsageError(f"{where}: key {entry.key!r} cannot be set inside a config file.")
+        if entry.value is None:  # null means unset, so `accord resolve --json` values feed back as they are
+            continue
         value, notes = _config_value(flag, role, spelling, entry.key, entry.value, where,
                                      extra_choices.get(flag.name, ()))
         warnings.extend(f"{path}: {note}" for note in notes)
