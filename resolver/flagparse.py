@@ -98,16 +98,32 @@ def _option_value(argv: list[str], names: tuple[str, ...]) -> str | None:
 
 
 def detect_system(argv: list[str]) -> str:
-    """`--system` when given; else diffusion for a local model folder with model_index.json; else llm."""
+    """`--system` when given; else diffusion for a local model folder with model_index.json (on the
+    command line, else in the `--config` file, so saved `resolve --json` values feed back alone); else llm."""
     given = _option_value(argv, ("--system",))
     if given is not None:
         if given not in SYSTEMS:
             raise UsageError(f"unknown system {given!r} for --system; use one of: {', '.join(SYSTEMS)}.")
         return given
     model = _option_value(argv, ("--model-path", "--model"))
-    if model and os.path.isfile(os.path.join(os.path.expanduser(model), "model_index.json")):
+    config = _option_value(argv, ("--config",))
+    if model is None and config is not None:
+        model = _config_model_path(config)
+    if isinstance(model, str) and model and os.path.isfile(os.path.join(os.path.expanduser(model), "model_index.json")):
         return "diffusion"
     return "llm"
+
+
+def _config_model_path(path: str) -> str | None:
+    """The model path a config file sets, if any (its errors are reported when the file is read)."""
+    try:
+        entries = read_config(path)
+    except UsageError:
+        return None
+    for entry in entries:
+        if entry.key.lstrip("-").replace("-", "_") in ("model_path", "model"):
+            return entry.value if isinstance(entry.value, str) else None
+    return None
 
 
 # --------------------------------------------------------------------------------------------------

@@ -149,3 +149,14 @@ def test_null_in_a_config_file_leaves_the_flag_unset(tmp_path):
     assert code == 0
     assert out["provenance"]["tp_size"]["source"] != "user"
     assert out["provenance"]["kv_cache_dtype"]["source"] != "user"
+
+
+def test_saved_diffusion_values_feed_back_without_naming_the_system(tmp_path):
+    """The saved values hold the model folder, which is what tells a diffusion launch apart."""
+    code, first = _accord(["--facts", "h100", "--model-path", str(MODELS["diffusion"])])
+    assert code == 0 and first["system"] == "diffusion"
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(first["values"]), encoding="utf-8")
+    code, second = _accord(["--facts", "h100", "--config", str(path)])
+    assert code == 0
+    assert (second["system"], second["hash"]) == ("diffusion", first["hash"])
