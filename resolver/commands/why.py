@@ -19,8 +19,14 @@ from resolver.report import describe_value
 MAX_DEPTH = 3
 
 
+NOT_REPORTED = "retired, or deprecated and not set: not part of the resolved values"
+
+
 def _explain(config, plan, name: str, depth: int, seen: set[str], lines: list[str]) -> None:
     indent = "  " * depth
+    if name not in config.values:
+        lines.append(f"{indent}{name}: {NOT_REPORTED}")
+        return
     prov = config.provenance[name]
     source = {"user": f"you set it ({prov.get('via', 'cli')})", "default": "catalog default",
               "relax": f"changed by --relax, rule {prov.get('rule')}"}.get(prov["source"], f"rule {prov.get('rule')}")
@@ -40,6 +46,8 @@ def _explain(config, plan, name: str, depth: int, seen: set[str], lines: list[st
 
 def _explain_data(config, plan, name: str, depth: int, seen: set[str]) -> dict:
     """The same chain as `_explain`, as data for `--json`: value, provenance, rule, facts, reads."""
+    if name not in config.values:
+        return {"flag": name, "value": None, "provenance": {"source": "deprecated"}}
     prov = config.provenance[name]
     node = {"flag": name, "value": config.values[name], "provenance": dict(prov)}
     if prov["source"] != "rule" or name in seen or depth >= MAX_DEPTH:
