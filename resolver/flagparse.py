@@ -422,8 +422,8 @@ def _read_config_values(path: str, catalog: Catalog,
         flag, role, spelling = found
         if flag.meta:
             raise UsageError(f"{where}: key {entry.key!r} cannot be set inside a config file.")
-        if entry.value is None:  # null means unset, so `accord resolve --json` values feed back as they are
-            continue
+        if entry.value is None and not (flag.nullable and flag.default is not None):
+            continue  # null means unset, so `accord resolve --json` values feed back as they are
         value, notes = _config_value(flag, role, spelling, entry.key, entry.value, where,
                                      extra_choices.get(flag.name, ()))
         warnings.extend(f"{path}: {note}" for note in notes)
@@ -432,6 +432,8 @@ def _read_config_values(path: str, catalog: Catalog,
     return values, warnings
 
 
+# A null in a config file leaves the flag unset, except for a flag that can be null but is not by
+# default (diffusion's host and port): there null is a choice of its own that nothing else can express.
 def _config_value(flag: Flag, role: str, spelling: DeprecatedSpelling | None, key: str, raw: Any, where: str,
                   extra_choices: tuple[str, ...] = ()):
     """(value, warnings) for one config entry; the value is _UNSET when the entry sets nothing.
