@@ -64,6 +64,7 @@ class Flag:
     line: int | None = None
     meta: bool = False  # an option of the command line itself (the seed's --config), not a setting
     format: str | None = None  # "json": a str flag whose text upstream parses as JSON
+    value_aliases: tuple[tuple[str, str], ...] = ()  # (typed value, the value it names), reported when used
 
     @property
     def primary(self) -> str:
@@ -133,6 +134,8 @@ def _flag_from_yaml(entry: dict, group: str, path: Path) -> Flag:
     for key in ("flags", "negated", "short_forms", "choices"):
         if data.get(key) is not None:
             data[key] = tuple(data[key])
+    if data.get("value_aliases") is not None:
+        data["value_aliases"] = tuple(sorted(data["value_aliases"].items()))
     known = {f.name for f in dataclasses.fields(Flag)}
     unknown = sorted(set(data) - known)
     if unknown:

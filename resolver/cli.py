@@ -17,7 +17,7 @@ COMMANDS = {
     "flags": ("resolver.flags_cmd", "Browse and search the flag catalog."),
     "rules": ("resolver.commands.rules", "Lint, count or export the rule set."),
     "probe": ("resolver.commands.probe", "Print the facts of this machine (or of a preset)."),
-    "matrix": ("resolver.matrix", "Generate a CI matrix of legal configurations."),
+    "matrix": ("resolver.commands.matrix", "Generate a CI matrix of legal configurations."),
     "serve": ("resolver.commands.serve", "Resolve, then start the engine processes."),
     "completion": ("resolver.completion", "Print a bash or zsh completion script."),
     "ui": ("resolver.commands.ui", "Serve the interactive configurator on this machine."),

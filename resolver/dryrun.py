@@ -5,9 +5,8 @@ still leaves a legal configuration (the solver may re-decide everything else). F
 we name the hard rules that exclude it: every rule that on its own rules the value out, or, when
 only a combination does, a minimal set of rules found by deletion.
 
-Backend-like flags are the choice flags whose name says they pick an implementation (a `backend`
-word: `attention_backend`, `moe_runner_backend`, `cuda_graph_backend_decode`, `backend`) or a data
-type (`kv_cache_dtype`, `mamba_ssm_dtype`, ...). The values tried are the solver's candidates, the
+Backend-like flags are the choice flags whose name says they pick an implementation or a data
+type; which name words mean that is data (`rules/dryrun.yaml`), not code. The values tried are the solver's candidates, the
 catalog's choices and, for open string flags such as the diffusion attention backend, the values
 the rules themselves name.
 
@@ -23,18 +22,18 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
-import json
+import functools
 from typing import Any, Iterable, Mapping
 
-from resolver.api import ConflictError, plan_for, resolve
+from resolver.api import plan_for, resolve
+from resolver.catalog import RULES_DIR
 from resolver.errors import UsageError
 from resolver.frozen import ResolvedConfig
 from resolver.layout import terminal_width, wrap_hanging
 from resolver.pinning import Pinning
 from resolver.report import describe_value
 from resolver.solve import Plan
-
-_SKIPPED_TYPES = ("json", "list")
+from resolver.yamlcache import read_yaml_files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,12 +54,22 @@ class Choice:
 
 # -- which flags, which values ------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=None)
+def _backend_words() -> tuple[frozenset, frozenset, frozenset]:
+    """(any_word, last_word, skip_types) from `rules/dryrun.yaml`."""
+    (data,), = read_yaml_files([RULES_DIR / "dryrun.yaml"])
+    spec = data["backend_like"]
+    return frozenset(spec["any_word"]), frozenset(spec["last_word"]), frozenset(spec["skip_types"])
+
+
 def backend_like(plan: Plan) -> list[str]:
     """Choice flags that select an implementation or a data type and have values to try."""
+    any_word, last_word, skip_types = _backend_words()
     names = []
     for flag in plan.catalog:
         words = flag.name.split("_")
-        if flag.type in _SKIPPED_TYPES or not ("backend" in words or words[-1] == "dtype" and len(words) > 1):
+        named = any_word.intersection(words) or (len(words) > 1 and words[-1] in last_word)
+        if flag.type in skip_types or not named:
             continue
         if values_of(plan, flag.name):
             names.append(flag.name)
@@ -189,18 +198,3 @@ def render(choices: list[Choice], columns: int | None = None) -> str:
             for i, (rid, reason) in enumerate(rules):
                 lines.extend(wrap_hanging(head if i == 0 else " " * len(head), f"{rid}: {reason}", columns))
     return "\n".join(lines)
-
-
-def main_dry_run(parsed, facts, opts) -> int:
-    from resolver.commands.resolve import print_conflict
-
-    try:
-        config, choices = dry_run(parsed.system, parsed.values, facts, opts.only)
-    except ConflictError as err:
-        return print_conflict(err, opts.json)
-    if opts.json:
-        print(json.dumps({"system": config.system, "hash": config.hash,
-                          "choices": [c.to_dict() for c in choices]}, indent=2, sort_keys=True))
-    else:
-        print(render(choices))
-    return 0

@@ -20,7 +20,7 @@ import operator
 import re
 from typing import Any, Callable, Protocol
 
-TOP_LEVEL_FACTS = frozenset({"platform", "cuda", "rocm", "torch"})
+TOP_LEVEL_FACTS = frozenset({"platform", "cuda", "rocm", "torch", "engine"})
 
 
 class UnknownFact(Exception):
@@ -133,14 +133,17 @@ BIN_OPS = {
 class Expr:
     """A parsed expression: its source, the flags and facts it reads, and its compiled closure."""
 
-    __slots__ = ("source", "flags", "facts", "set_checks", "_fn")
+    __slots__ = ("source", "flags", "facts", "set_checks", "names", "tree", "_fn")
 
     def __init__(self, source: str, flags: frozenset[str], facts: frozenset[str], fn: Compiled,
-                 set_checks: frozenset[str] = frozenset()):
+                 set_checks: frozenset[str] = frozenset(), names: frozenset[str] = frozenset(),
+                 tree: ast.AST | None = None):
         self.source = source
-        self.flags = flags          # flags whose values it reads
-        self.facts = facts          # facts it reads
+        self.flags = flags          # flags whose values it reads (through derived values too)
+        self.facts = facts          # facts it reads (through derived values too)
         self.set_checks = set_checks  # flags it asks `is_set` about (known before solving)
+        self.names = names          # derived values and named sets it reads by name
+        self.tree = tree            # the validated tree (None for a YAML constant)
         self._fn = fn
 
     def __call__(self, env: Env) -> Any:
@@ -150,8 +153,13 @@ class Expr:
         return f"Expr({self.source!r})"
 
 
-def parse(source: Any) -> Expr:
-    """Parse an expression. YAML scalars (True, 3, 'fa3') are accepted as constant expressions."""
+def parse(source: Any, names: dict[str, Expr] | None = None) -> Expr:
+    """Parse an expression. YAML scalars (True, 3, 'fa3') are accepted as constant expressions.
+
+    `names` maps derived values and named sets (rules/<system>/derived.yaml) to their parsed
+    expressions. A name found there is read through its expression: the reader inherits the flags
+    and facts it depends on, so the solver orders and checks it exactly as if it were written inline.
+    """
     if not isinstance(source, str):
         value = source
         return Expr(repr(source), frozenset(), frozenset(), lambda env: value)
@@ -159,10 +167,15 @@ def parse(source: Any) -> Expr:
         tree = ast.parse(source.strip(), mode="eval")
     except SyntaxError as err:
         raise ExpressionError(f"cannot parse expression {source!r}: {err.msg}") from None
-    compiler = _Compiler(source)
+    compiler = _Compiler(source, names or {})
     fn = compiler.compile(tree.body)
     return Expr(source, frozenset(compiler.flags), frozenset(compiler.facts), fn,
-                frozenset(compiler.set_checks))
+                frozenset(compiler.set_checks), frozenset(compiler.names_read), tree.body)
+
+
+def constant(name: str, value: Any) -> Expr:
+    """A named constant (a named set) as an expression: reads nothing, always gives `value`."""
+    return Expr(name, frozenset(), frozenset(), lambda env: value)
 
 
 def dotted_name(node: ast.AST) -> str | None:
@@ -176,11 +189,13 @@ def dotted_name(node: ast.AST) -> str | None:
 
 
 class _Compiler:
-    def __init__(self, source: str):
+    def __init__(self, source: str, names: dict[str, Expr]):
         self.source = source
+        self.names = names
         self.flags: set[str] = set()
         self.facts: set[str] = set()
         self.set_checks: set[str] = set()
+        self.names_read: set[str] = set()
 
     def fail(self, what: str) -> ExpressionError:
         return ExpressionError(f"{what} is not allowed in rule expressions (in {self.source!r})")
@@ -198,6 +213,14 @@ class _Compiler:
     def _name(self, name: str) -> Compiled:
         if any(part.startswith("_") for part in name.split(".")):
             raise self.fail(f"the private name `{name}`")
+        named = self.names.get(name)
+        if named is not None:
+            self.names_read.add(name)
+            self.names_read.update(named.names)
+            self.flags.update(named.flags)
+            self.facts.update(named.facts)
+            self.set_checks.update(named.set_checks)
+            return named._fn
         if "." in name or name in TOP_LEVEL_FACTS:
             self.facts.add(name)
             return lambda env: env.fact(name)

@@ -41,10 +41,6 @@ from resolver.model_facts import model_facts
 from resolver.yamlcache import read_yaml_files
 
 PRESETS_DIR = RULES_DIR / "facts"
-PLATFORMS = ("cuda", "rocm", "cpu", "xpu", "npu", "mps")
-VENDOR_OF_PLATFORM = {"cuda": "nvidia", "rocm": "amd", "xpu": "intel", "npu": "huawei",
-                      "mps": "apple", "cpu": None}
-ATTENTION_KINDS = ("mha", "mla", "dsa", "swa", "hybrid_swa", "hybrid_linear", "hybrid_mamba")
 PACKAGE_PREFIX = "packages."
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -66,53 +62,19 @@ class FactSpec:
     bounds: tuple[float, float] | None = None  # plausible (low, high) of a numeric fact
 
 
-FACT_KEYS: dict[str, FactSpec] = {
-    "platform": FactSpec("str", "device family the engine runs on", choices=PLATFORMS),
-    "cuda": FactSpec("version", "CUDA version torch was built with (null: no CUDA)", nullable=True),
-    "rocm": FactSpec("version", "ROCm/HIP version torch was built with (null: no ROCm)", nullable=True),
-    "torch": FactSpec("version", "torch version without its local tag (null: not installed)",
-                      nullable=True),
-    "gpu.vendor": FactSpec("str", "accelerator vendor (null: no accelerator)", nullable=True,
-                           choices=tuple(v for v in VENDOR_OF_PLATFORM.values() if v)),
-    "gpu.name": FactSpec("str", "device name of GPU 0, as the driver reports it", nullable=True),
-    "gpu.sm": FactSpec("int", "NVIDIA compute capability as major*10+minor, 90 = 9.0 "
-                              "(null: not an NVIDIA GPU)", nullable=True, bounds=(10, 999)),
-    "gpu.gfx": FactSpec("str", "AMD GPU architecture, e.g. gfx942 (null: not an AMD GPU)",
-                        nullable=True),
-    "gpu.count": FactSpec("int", "accelerators visible on this node", bounds=(0, 4096)),
-    "gpu.mem_gib": FactSpec("number", "memory of the smallest visible GPU, GiB (null: no GPU)",
-                            nullable=True, bounds=(0.25, 65536)),
-    "interconnect.nvlink": FactSpec("bool", "every pair of local GPUs is connected by NVLink"),
-    "interconnect.p2p": FactSpec("bool", "every pair of local GPUs has peer-to-peer access"),
-    "interconnect.mnnvl": FactSpec("bool", "GPUs sit in a multi-node NVLink domain (GB200 NVL72)"),
-    "interconnect.ib": FactSpec("names", "RDMA devices in /sys/class/infiniband ([]: none)"),
-    "host.ram_gib": FactSpec("number", "host memory, GiB", bounds=(0.25, 1 << 24)),
-    "host.amx": FactSpec("bool", "the CPU has Intel AMX tiles (amx_tile)"),
-    PACKAGE_PREFIX + "*": FactSpec("version", "version of an installed library, by import name; "
-                                              "absent: not installed", nullable=True),
-    "model.architecture": FactSpec("str", "architectures[0] of config.json"),
-    "model.num_layers": FactSpec("int", "decoder layers"),
-    "model.num_attention_heads": FactSpec("int", "query heads"),
-    "model.num_key_value_heads": FactSpec("int", "key/value heads (GQA/MQA < query heads)"),
-    "model.head_dim": FactSpec("int", "per-head query/key width"),
-    "model.hidden_size": FactSpec("int", "hidden width"),
-    "model.vocab_size": FactSpec("int", "vocabulary size"),
-    "model.context_length": FactSpec("int", "max_position_embeddings or its equivalent"),
-    "model.attention": FactSpec("str", "attention family", choices=ATTENTION_KINDS),
-    "model.sliding_window": FactSpec("int", "window of the sliding-window layers (null: none)",
-                                     nullable=True),
-    "model.moe_experts": FactSpec("int", "routed experts per MoE layer (0: dense)"),
-    "model.has_sinks": FactSpec("bool", "attention uses learned sink logits (gpt-oss)"),
-    "model.is_encoder_decoder": FactSpec("bool", "encoder-decoder model (Whisper, T5)"),
-    "model.is_multimodal": FactSpec("bool", "takes image, video or audio input"),
-    "model.quant_method": FactSpec("str", "quantization_config.quant_method (null: unquantized)",
-                                   nullable=True),
-    "model.dtype": FactSpec("str", "torch_dtype / dtype of the checkpoint"),
-    "model.pipeline": FactSpec("str", "diffusion pipeline class (_class_name of model_index.json)"),
-    "model.id": FactSpec("str", "hub id of the model, when the folder says it"),
-    "model.task_type": FactSpec("str", "diffusion task: image_gen, video_gen, action_gen, ..."),
-    "model.uses_cfg": FactSpec("bool", "the diffusion model runs classifier-free guidance by default"),
-}
+def _load_schema() -> tuple[dict[str, str | None], dict[str, FactSpec]]:
+    """(platform -> vendor, fact key -> FactSpec) from `rules/fact_schema.yaml`: the fact schema is
+    data, so a new fact is one entry there, not a code change."""
+    (data,), = read_yaml_files([RULES_DIR / "fact_schema.yaml"])
+    specs = {key: FactSpec(entry["type"], entry["help"], bool(entry.get("nullable", False)),
+                           tuple(entry["choices"]) if "choices" in entry else None,
+                           tuple(entry["bounds"]) if "bounds" in entry else None)
+             for key, entry in data["facts"].items()}
+    return dict(data["platforms"]), specs
+
+
+VENDOR_OF_PLATFORM, FACT_KEYS = _load_schema()
+PLATFORMS = tuple(VENDOR_OF_PLATFORM)
 
 _LARGEST_COUNT = 1 << 40  # no layer, head, expert or token count of a real model comes near this
 _TYPE_WORDS = {"str": "a string", "version": "a version string such as \"12.8\"",

@@ -105,6 +105,9 @@ def convert_text(flag: Flag, text: str, extra_choices: tuple[str, ...] = ()) -> 
             return json.loads(text), []
         if kind == "json_or_str":
             return (json.loads(text) if text.lstrip().startswith("{") else text), []
+        alias = dict(flag.value_aliases).get(text)
+        if alias is not None:  # another name of the same value: stored under its canonical name, said so
+            return alias, [f"{flag.primary} {text} is another name for {alias}; it resolves as {alias}."]
         if kind == "enum" or flag.choices:
             return _check_choice(flag, _choice_type(flag)(text), extra_choices)
         if flag.format == "json":

@@ -4,6 +4,7 @@ Checks, each a function returning problems as strings:
 - names: every flag a rule reads or sets is in the catalog, every fact is in the fact schema;
 - values: every literal a rule compares a flag with, offers as a candidate, or sets, is in that
   flag's domain (a typo like `attention_backend == 'fa-3'` would make a rule that never fires);
+- derived: derived values and named sets shadow no flag and read only known names;
 - governance: a flag is governed by `prefer` rules or by `default` rules, not both;
 - cycles: no default depends on itself through other defaults;
 - presets: with no user flags, every fact preset has a legal configuration.
@@ -40,14 +41,10 @@ def check_names(catalog: Catalog, ruleset: RuleSet, fact_keys: Iterable[str]) ->
 
 def _literal_comparisons(expr: Expr) -> list[tuple[str, Any]]:
     """(flag, literal) pairs from `flag == lit`, `flag != lit`, `flag in (lits)` in an expression."""
-    if not isinstance(expr.source, str) or expr.source.startswith(("'", '"')) and not expr.flags:
-        return []
-    try:
-        tree = ast.parse(expr.source.strip(), mode="eval")
-    except SyntaxError:
+    if expr.tree is None:
         return []
     pairs = []
-    for node in ast.walk(tree):
+    for node in ast.walk(expr.tree):
         if not isinstance(node, ast.Compare) or len(node.ops) != 1:
             continue
         left, right, op = node.left, node.comparators[0], node.ops[0]
@@ -75,6 +72,27 @@ def check_values(catalog: Catalog, ruleset: RuleSet) -> list[str]:
             if domain is not None and value not in domain and not flag.extensible:
                 problems.append(f"{rule.file}: rule {rule.id} uses {name} = {value!r}, which is not one of "
                                 f"its values {list(domain)}; the rule can never fire as written")
+    return problems
+
+
+def check_derived(catalog: Catalog, ruleset: RuleSet, fact_keys: Iterable[str]) -> list[str]:
+    """Derived values and named sets: no name shadows a flag; what they read exists and is in domain."""
+    fact_keys = set(fact_keys)
+    problems = [f"derived.yaml: the name {item.id!r} is also a flag; rename the derived value or set"
+                for item in (*ruleset.sets, *ruleset.derived) if item.id in catalog]
+    for item in ruleset.derived:
+        for name in sorted(item.expr.flags | item.expr.set_checks):
+            if name not in catalog:
+                problems.append(f"derived.yaml: {item.id} names unknown flag {name!r}")
+        for key in sorted(item.expr.facts):
+            if key not in fact_keys and not key.startswith("packages."):
+                problems.append(f"derived.yaml: {item.id} reads unknown fact {key!r}")
+        exprs = [e for case in item.cases for e in case if e is not None]
+        for name, value in (p for e in exprs for p in _literal_comparisons(e)):
+            domain = catalog[name].finite_domain if name in catalog else None
+            if domain is not None and value not in domain and not catalog[name].extensible:
+                problems.append(f"derived.yaml: {item.id} uses {name} = {value!r}, which is not one of "
+                                f"its values {list(domain)}")
     return problems
 
 
@@ -108,6 +126,7 @@ def lint(catalog: Catalog, ruleset: RuleSet, fact_keys: Iterable[str], presets: 
     """Every problem found, in a stable order; an empty list means the rule set is clean."""
     problems = check_names(catalog, ruleset, fact_keys)
     problems += check_values(catalog, ruleset)
+    problems += check_derived(catalog, ruleset, fact_keys)
     problems += check_governance(ruleset)
     problems += check_cycles(catalog, ruleset)
     if not problems:

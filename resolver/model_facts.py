@@ -7,44 +7,39 @@ the built-in model under `rules/models/` is described, since that is what the en
 
 Configs differ between model families in how they spell the same thing (`num_hidden_layers`,
 `n_layer`, ...) and in where multimodal models keep the language model's numbers (`text_config`).
-Each fact below lists the spellings it accepts; a field with an unexpected type is treated as
+The spellings each fact accepts and the architecture families recognised by name are data
+(`rules/models/config_spellings.yaml`); a field with an unexpected type is treated as
 unknown rather than rejected, because the user cannot fix a published config. Only a file that is
 not JSON at all is an error.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
 from typing import Any, Mapping
 
+import yaml
+
 from resolver.catalog import RULES_DIR, SYSTEMS
 from resolver.errors import UsageError
+from resolver.gguf_header import gguf_facts
+from resolver.model_location import BUILTIN_NAMES, DEFAULT_NAME, gguf_file, local_path
+from resolver.yamlcache import read_yaml_files
 
+PIPELINES_FILE = RULES_DIR / "diffusion" / "data" / "pipelines.yaml"
 BUILTIN_MODELS = {"llm": RULES_DIR / "models" / "tiny-llama", "diffusion": RULES_DIR / "models" / "tiny-dit"}
 
-# Multimodal configs nest the language model's numbers under one of these keys.
-_TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
-# A config that carries any of these takes images, video or audio as input.
-_MEDIA_KEYS = ("vision_config", "audio_config", "speech_config", "image_token_id", "image_token_index",
-               "video_token_id", "audio_token_id", "num_mel_bins")
-_SPELLINGS = {
-    "model.num_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
-    "model.num_attention_heads": ("num_attention_heads", "n_head", "num_heads"),
-    "model.num_key_value_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv",
-                                  "multi_query_group_num"),
-    "model.hidden_size": ("hidden_size", "n_embd", "d_model"),
-    "model.vocab_size": ("vocab_size", "padded_vocab_size"),
-    "model.context_length": ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
-                             "max_sequence_length"),
-    "model.moe_experts": ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts"),
-}
-_MLA_ARCHS = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
-_DSA_ARCHS = ("DeepseekV32ForCausalLM",)
-_SINK_ARCHS = ("GptOssForCausalLM",)
-_SINK_KEYS = ("add_swa_attention_sink_bias", "add_full_attention_sink_bias")
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+@functools.lru_cache(maxsize=None)
+def _config_spellings() -> dict[str, Any]:
+    """`rules/models/config_spellings.yaml`, read once (callers never change it)."""
+    (data,), = read_yaml_files([RULES_DIR / "models" / "config_spellings.yaml"])
+    return data
 
 
 def model_facts(model_path: str | None, system: str = "llm") -> dict[str, Any]:
@@ -55,6 +50,11 @@ def model_facts(model_path: str | None, system: str = "llm") -> dict[str, Any]:
     name = "model_index.json" if system == "diffusion" else "config.json"
     if model_path is not None and model_path_warning(model_path, system) is not None:
         return {}
+    gguf = gguf_file(local_path(model_path)) if system == "llm" and model_path is not None else None
+    if gguf is not None:
+        return gguf_facts(gguf)
+    if model_path is not None:
+        folder = local_path(model_path)
     if not (folder / name).is_file():
         return {}
     config = _read_json(folder / name)
@@ -62,6 +62,8 @@ def model_facts(model_path: str | None, system: str = "llm") -> dict[str, Any]:
     model_id = _model_id(config, folder)
     if model_id:
         facts["model.id"] = model_id
+    if system == "diffusion":
+        facts = {**_pipeline_defaults(facts.get("model.pipeline"), model_id), **facts}
     return dict(sorted(facts.items()))
 
 
@@ -69,10 +71,13 @@ def model_path_warning(model_path: str, system: str) -> str | None:
     """Check `--model-path`: None for a readable local model, a warning for what may be a hub id.
 
     A hub id (`org/name`) is legal upstream, which downloads it; Accord works offline, so it cannot
-    read that model's facts and says so once. Anything else that is not a model folder is an error:
-    a path that does not exist, a file, or a folder without the model's config.
+    read that model's facts and says so once. A path that does not exist here may exist on the
+    machine the command is for: also a warning. A file or a folder without the model's config is
+    an error.
     """
     name = "model_index.json" if system == "diffusion" else "config.json"
+    if model_path in BUILTIN_NAMES or (model_path == DEFAULT_NAME and local_path(model_path) is not None):
+        return None
     path = Path(model_path).expanduser()
     if not model_path.strip():
         raise UsageError("--model-path is empty; give a local model folder or a hub id such as org/name.")
@@ -86,12 +91,26 @@ def model_path_warning(model_path: str, system: str) -> str | None:
             return None
         raise UsageError(f"--model-path {model_path} is a file; point it at the model folder that holds "
                          f"{name} (or at a .gguf file).")
-    if _HUB_ID.fullmatch(model_path):
+    if _HUB_ID.fullmatch(model_path) and not model_path.startswith((".", "~")):
         return (f"--model-path {model_path} is not a local folder; read as a hub id, which Accord cannot "
                 f"fetch offline, so the model's facts (architecture, heads, context length) are unknown and "
                 f"rules that need them are not checked. Download it and pass the folder for a full check.")
-    raise UsageError(f"--model-path {model_path} does not exist; give a local model folder or a hub id "
-                     f"such as org/name.")
+    # A path of the machine the command is for (resolving here for another host is normal use).
+    return (f"--model-path {model_path} does not exist on this machine, so the model's facts are unknown "
+            f"and rules that need them are not checked; give them with --fact model.KEY=VALUE or resolve "
+            f"where the folder exists.")
+
+
+def _pipeline_table() -> dict[str, Any]:
+    return yaml.safe_load(PIPELINES_FILE.read_text(encoding="utf-8")) or {}
+
+
+def _pipeline_defaults(pipeline: str | None, model_id: str | None) -> dict[str, Any]:
+    """Facts a diffusion folder does not state but its pipeline class (or hub id) implies, from
+    `rules/diffusion/data/pipelines.yaml`; the folder's own keys win over these."""
+    table = _pipeline_table()
+    known = {**(table.get("pipelines") or {}).get(pipeline, {}), **(table.get("models") or {}).get(model_id, {})}
+    return {f"model.{key}": value for key, value in known.items()}
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -144,7 +163,8 @@ def _int(value: Any) -> int | None:
 
 
 def _llm_facts(config: Mapping[str, Any]) -> dict[str, Any]:
-    text = next((config[k] for k in _TEXT_CONFIG_KEYS if isinstance(config.get(k), dict)), config)
+    known = _config_spellings()
+    text = next((config[k] for k in known["text_config_keys"] if isinstance(config.get(k), dict)), config)
 
     def first(names: tuple[str, ...]) -> Any:
         for source in (text, config):
@@ -158,7 +178,7 @@ def _llm_facts(config: Mapping[str, Any]) -> dict[str, Any]:
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
     if arch:
         facts["model.architecture"] = arch
-    for key, names in _SPELLINGS.items():
+    for key, names in known["spellings"].items():
         raw = first(names)
         if raw is None and key == "model.moe_experts":
             facts[key] = 0  # no expert count anywhere: a dense model
@@ -174,9 +194,10 @@ def _llm_facts(config: Mapping[str, Any]) -> dict[str, Any]:
     head_dim = _head_dim(text, attention, facts)
     if head_dim is not None:
         facts["model.head_dim"] = head_dim
-    facts["model.has_sinks"] = arch in _SINK_ARCHS or any(first((k,)) is True for k in _SINK_KEYS)
+    facts["model.has_sinks"] = (arch in known["architectures"]["sinks"]
+                               or any(first((k,)) is True for k in known["sink_keys"]))
     facts["model.is_encoder_decoder"] = config.get("is_encoder_decoder") is True
-    facts["model.is_multimodal"] = (text is not config) or any(k in config for k in _MEDIA_KEYS)
+    facts["model.is_multimodal"] = (text is not config) or any(k in config for k in known["media_keys"])
     quant = first(("quantization_config", "compression_config"))
     if quant is None:
         facts["model.quant_method"] = None
@@ -199,11 +220,12 @@ def _layer_types(text: Mapping[str, Any]) -> list[str]:
 def _attention(text: Mapping[str, Any], arch: str | None) -> tuple[str, int | None]:
     """(attention family, sliding window). The sparse and latent families are recognised by the
     fields only they have (DSA's indexer, MLA's compressed KV), hybrids by their layer pattern."""
+    families = _config_spellings()["architectures"]
     kinds = _layer_types(text)
     window = _int(text.get("sliding_window")) or _int(text.get("attention_chunk_size"))
-    if text.get("index_topk") is not None or arch in _DSA_ARCHS:
+    if text.get("index_topk") is not None or arch in families["dsa"]:
         return "dsa", None
-    if text.get("kv_lora_rank") is not None or arch in _MLA_ARCHS:
+    if text.get("kv_lora_rank") is not None or arch in families["mla"]:
         return "mla", None
     if "linear_attention" in kinds or any(k in text for k in ("linear_attn_config", "full_attention_interval",
                                                               "linear_conv_kernel_dim")):

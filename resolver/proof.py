@@ -5,7 +5,8 @@
     conflict 1 of 1
       you set   --tp-size 16
       machine   gpu.count=8, platform=cuda
-      rule      par.world_size.fits_gpus requires `... <= gpu.count * nnodes`
+      rule      par.world_size.fits_gpus requires `tp_size * pp_size <= gpu.count * nnodes`
+      reads     gpu.count = 8, nnodes = 1 (unset), pp_size = 1 (unset), tp_size = 16
       because   Each rank needs its own GPU ...
       so        no legal configuration includes --tp-size 16 on this machine.
       fix       --tp-size 8
@@ -23,7 +24,7 @@ from __future__ import annotations
 import os
 from typing import IO, Any, Mapping
 
-from resolver.report import describe_value, flag_arg, rule_clause
+from resolver.report import describe_value, flag_arg, names_read, rule_clause
 
 _STYLE = {"bold": "\033[1m", "red": "\033[31m", "green": "\033[32m", "dim": "\033[2m", "off": "\033[0m"}
 
@@ -66,6 +67,9 @@ def render_conflict(err, color: bool = False) -> str:
             lines.append(f"  machine   {machine}")
         for rid in conflict.rules:
             lines.append(f"  rule      {rid} {rule_clause(rules[rid])}")
+            reads = names_read(rules[rid], err.user, err.facts, _value_of(plan, err))
+            if reads:
+                lines.append(f"  reads     {reads}")
             lines.append(f"  because   {rules[rid].reason}")
         lines.append(f"  so        {_conclusion(typed, bool(conflict.facts))}")
         others = [c.fixes[0] for c in err.conflicts if c is not conflict and c.fixes]
@@ -76,6 +80,21 @@ def render_conflict(err, color: bool = False) -> str:
         if not conflict.fixes:
             lines.append("  fix       none found by changing one flag; see the rules above.")
     return "\n".join(lines)
+
+
+def _value_of(plan, err):
+    """What an unset flag stands for under the user's flags: its default or derived value."""
+    from resolver.expr import UnknownFact
+    from resolver.solve import Env
+
+    env = Env(plan, err.user, err.facts, {})
+
+    def value(name: str) -> Any:
+        try:
+            return env.flag(name)
+        except UnknownFact as missing:
+            return f"unknown (needs {missing.key})"
+    return value
 
 
 def _conclusion(typed: str, machine: bool) -> str:

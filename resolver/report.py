@@ -60,18 +60,34 @@ def conflict_message(catalog: Catalog, rules_by_id: Mapping[str, Any], facts: Ma
     return f"{head}, but " + "; and ".join(clauses) + ("" if clauses[-1].endswith(".") else ".")
 
 
-MAX_SHOWN_EXPRESSION = 100
-
-
 def rule_clause(rule) -> str:
-    """`requires `x` when `y`` / `forbids `y``; long expressions are left to the rule's reason."""
+    """`requires `x` when `y`` / `forbids `y``, with the rule's whole condition (never elided)."""
     def shown(expr) -> str:
-        text = " ".join(expr.source.split())
-        return f"`{text}`" if len(text) <= MAX_SHOWN_EXPRESSION else "(see the rule file)"
+        return f"`{' '.join(expr.source.split())}`"
     if rule.kind == "require":
         when = f" when {shown(rule.when)}" if rule.when is not None else ""
         return f"requires {shown(rule.require)}{when}"
     return f"forbids {shown(rule.when)}"
+
+
+def names_read(rule, user: Mapping[str, Any], facts: Mapping[str, Any], value_of=None) -> str:
+    """The values of the facts and flags a rule reads, as `name = value`, so a reader can evaluate
+    the condition by hand. `value_of(name)` gives what an unset flag stands for (its default or
+    derived value), shown with "(unset)"; without it unset flags say "(not set)"."""
+    flags, known = set(), set()
+    for expr in (rule.when, getattr(rule, "require", None)):
+        if expr is not None:
+            flags |= set(expr.flags)
+            known |= set(expr.facts)
+    shown = [f"{k} = {describe_value(facts[k]) if k in facts else 'unknown'}" for k in sorted(known)]
+    for name in sorted(flags):
+        if name in user:
+            shown.append(f"{name} = {describe_value(user[name])}")
+        elif value_of is None:
+            shown.append(f"{name} = (not set)")
+        else:
+            shown.append(f"{name} = {describe_value(value_of(name))} (unset)")
+    return ", ".join(shown)
 
 
 def value_table(values: Mapping[str, Any], provenance: Mapping[str, Mapping[str, Any]],

@@ -15,12 +15,12 @@ from typing import Any
 
 from resolver.catalog import RULES_DIR, SYSTEMS
 from resolver.errors import UsageError
-from resolver.expr import Expr, ExpressionError, parse
+from resolver.expr import Expr, ExpressionError, constant, parse
 from resolver.yamlcache import read_yaml_files
 
 KINDS = ("require", "conflict", "default", "prefer", "warn")
 HARD_KINDS = ("require", "conflict")
-_COMMON_KEYS = {"id", "kind", "when", "reason", "ref", "seed", "fix"}
+_COMMON_KEYS = {"id", "kind", "when", "reason", "ref", "seed", "fix", "notes"}
 _KIND_KEYS = {
     "require": {"require"},
     "conflict": set(),
@@ -81,10 +81,48 @@ class Rule:
         return frozenset().union(*(e.flags for e in exprs))
 
 
+DERIVED_TYPES = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,),
+                 "list": (list, tuple)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Derived:
+    """A hidden, prompt-less variable (Kconfig style): the first `value` whose `when` holds.
+
+    Rules read it by name like a flag. It is not a solver variable: a reader depends on the flags and
+    facts the derived value reads, so solving is unchanged by naming a sub-expression.
+    """
+
+    id: str
+    type: str
+    cases: tuple[tuple[Expr, Expr | None], ...]   # (value, when); when None = otherwise
+    reason: str
+    notes: str = ""
+    expr: Expr | None = None   # the whole derived value as one expression
+
+    def deciding_case(self, env) -> int | None:
+        """Index of the case that gives the value in `env` (None: no case held)."""
+        for index, (_, when) in enumerate(self.cases):
+            if when is None or when(env):
+                return index
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class NamedSet:
+    """A named constant set of values (say, the NVIDIA attention backends)."""
+
+    id: str
+    values: tuple
+    reason: str
+
+
 @dataclasses.dataclass(frozen=True)
 class RuleSet:
     system: str
     rules: tuple[Rule, ...]
+    derived: tuple[Derived, ...] = ()
+    sets: tuple[NamedSet, ...] = ()
 
     def __iter__(self):
         return iter(self.rules)
@@ -96,7 +134,8 @@ class RuleSet:
         return {r.id: r for r in self.rules}
 
 
-NOT_RULE_FILES = ("coverage.yaml",)
+DERIVED_FILE = "derived.yaml"
+NOT_RULE_FILES = ("coverage.yaml", DERIVED_FILE)
 
 
 def rule_files(system: str, root: Path = RULES_DIR) -> list[Path]:
@@ -106,14 +145,81 @@ def rule_files(system: str, root: Path = RULES_DIR) -> list[Path]:
                   if not p.name.startswith("flags") and p.name not in NOT_RULE_FILES)
 
 
-def _expr(text: Any, where: str) -> Expr:
+def _expr(text: Any, where: str, names: dict[str, Expr] | None = None) -> Expr:
     try:
-        return parse(text)
+        return parse(text, names)
     except ExpressionError as err:
         raise UsageError(f"{where}: {err}") from None
 
 
-def _rule_from_yaml(entry: dict, area: str, path: Path) -> Rule:
+def _combine(name: str, cases: tuple[tuple[Expr, Expr | None], ...]) -> Expr:
+    """One expression for a derived value: the first case whose condition holds, else None."""
+    pairs = [(value._fn, when._fn if when is not None else None) for value, when in cases]
+
+    def evaluate(env):
+        for value, when in pairs:
+            if when is None or when(env):
+                return value(env)
+        return None
+    parts = [e for value, when in cases for e in (value, when) if e is not None]
+    return Expr(name, frozenset().union(*(e.flags for e in parts)),
+                frozenset().union(*(e.facts for e in parts)), evaluate,
+                frozenset().union(*(e.set_checks for e in parts)),
+                frozenset().union(*(e.names for e in parts)))
+
+
+def _derived_from_yaml(entry: dict, names: dict[str, Expr], path: Path) -> Derived:
+    did = entry.get("id")
+    where = f"{path.name}: derived value {did!r}"
+    if not did or not isinstance(did, str):
+        raise UsageError(f"{path}: a derived value has no string 'id'; give each one a unique name.")
+    unknown = sorted(set(entry) - {"id", "type", "values", "reason", "notes"})
+    if unknown:
+        raise UsageError(f"{where} has unknown keys {unknown}; allowed: id, type, values, reason, notes.")
+    if entry.get("type") not in DERIVED_TYPES:
+        raise UsageError(f"{where} has type {entry.get('type')!r}; use one of {', '.join(DERIVED_TYPES)}.")
+    if not entry.get("reason"):
+        raise UsageError(f"{where} has no 'reason': say in one line what it means.")
+    raw = entry.get("values")
+    if not isinstance(raw, list) or not raw or not all(isinstance(c, dict) and "value" in c for c in raw):
+        raise UsageError(f"{where}: 'values' must be a list of {{value: ..., when: ...}} pairs.")
+    if any("when" not in c for c in raw[:-1]) or any(set(c) - {"value", "when"} for c in raw):
+        raise UsageError(f"{where}: every pair but the last needs a 'when' (the last may be the "
+                         f"fallback), and a pair has only 'value' and 'when'.")
+    cases = tuple((_expr(c["value"], where, names), _expr(c["when"], where, names) if "when" in c else None)
+                  for c in raw)
+    return Derived(id=did, type=entry["type"], cases=cases, reason=str(entry["reason"]),
+                   notes=str(entry.get("notes") or ""), expr=_combine(did, cases))
+
+
+def load_derived(system: str, root: Path = RULES_DIR) -> tuple[tuple[Derived, ...], tuple[NamedSet, ...]]:
+    """Named sets and derived values of a system, in file order (a name reads only earlier names)."""
+    path = root / system / DERIVED_FILE
+    if not path.exists():
+        return (), ()
+    documents = read_yaml_files([path])[0]
+    doc = documents[0] if documents else {}
+    names: dict[str, Expr] = {}
+    sets: list[NamedSet] = []
+    derived: list[Derived] = []
+    for entry in doc.get("sets") or ():
+        sid, values = entry.get("id"), entry.get("values")
+        if not sid or not isinstance(values, list) or not entry.get("reason"):
+            raise UsageError(f"{path.name}: named set {sid!r} needs an 'id', a 'values' list and a 'reason'.")
+        if sid in names:
+            raise UsageError(f"{path.name}: the name {sid!r} is defined twice.")
+        sets.append(NamedSet(sid, tuple(values), str(entry["reason"])))
+        names[sid] = constant(sid, tuple(values))
+    for entry in doc.get("derived") or ():
+        item = _derived_from_yaml(entry, names, path)
+        if item.id in names:
+            raise UsageError(f"{path.name}: the name {item.id!r} is defined twice.")
+        derived.append(item)
+        names[item.id] = item.expr
+    return tuple(derived), tuple(sets)
+
+
+def _rule_from_yaml(entry: dict, area: str, path: Path, names: dict[str, Expr]) -> Rule:
     rid = entry.get("id")
     where = f"{path.name}: rule {rid!r}"
     if not rid or not isinstance(rid, str):
@@ -133,19 +239,19 @@ def _rule_from_yaml(entry: dict, area: str, path: Path) -> Rule:
     if kind == "conflict" and "when" not in entry:
         raise UsageError(f"{where}: a conflict rule needs 'when' (the illegal combination).")
     values = tuple(
-        Candidate(v["value"], _expr(v["when"], where) if "when" in v else None) if isinstance(v, dict)
+        Candidate(v["value"], _expr(v["when"], where, names) if "when" in v else None) if isinstance(v, dict)
         else Candidate(v)
         for v in entry.get("values", ())
     )
-    fix = tuple((flag, _expr(text, where)) for flag, text in sorted((entry.get("fix") or {}).items()))
+    fix = tuple((flag, _expr(text, where, names)) for flag, text in sorted((entry.get("fix") or {}).items()))
     seed = entry.get("seed") or ()
     return Rule(
         id=rid, kind=kind, area=area, reason=str(entry.get("reason") or entry.get("message") or ""),
         ref=str(entry.get("ref") or ""),
-        when=_expr(entry["when"], where) if "when" in entry else None,
-        require=_expr(entry["require"], where) if "require" in entry else None,
+        when=_expr(entry["when"], where, names) if "when" in entry else None,
+        require=_expr(entry["require"], where, names) if "require" in entry else None,
         flag=entry.get("flag"),
-        value=_expr(entry["value"], where) if "value" in entry else None,
+        value=_expr(entry["value"], where, names) if "value" in entry else None,
         values=values, message=str(entry.get("message") or ""), fix=fix,
         seed=tuple([seed] if isinstance(seed, str) else seed), file=path.name,
     )
@@ -154,16 +260,22 @@ def _rule_from_yaml(entry: dict, area: str, path: Path) -> Rule:
 def load_rules(system: str, root: Path = RULES_DIR) -> RuleSet:
     if system not in SYSTEMS:
         raise UsageError(f"unknown system {system!r}; use one of: {', '.join(SYSTEMS)}.")
+    derived, sets = load_derived(system, root)
+    names = {s.id: constant(s.id, s.values) for s in sets} | {d.id: d.expr for d in derived}
     rules: list[Rule] = []
+    first: list[Rule] = []
     seen: dict[str, str] = {}
     paths = rule_files(system, root)
     for path, documents in zip(paths, read_yaml_files(paths)):
         doc = documents[0] if documents else {}
         area = doc.get("area", path.stem)
+        # A file marked `consulted_first` (an engine profile) narrows the other files' choices: its
+        # prefer and default rules are tried before theirs, whatever the file names.
+        into = first if doc.get("consulted_first") else rules
         for entry in doc.get("rules") or ():
-            rule = _rule_from_yaml(entry, area, path)
+            rule = _rule_from_yaml(entry, area, path, names)
             if rule.id in seen:
                 raise UsageError(f"rule id {rule.id!r} is used twice ({seen[rule.id]} and {path.name}).")
             seen[rule.id] = path.name
-            rules.append(rule)
-    return RuleSet(system=system, rules=tuple(rules))
+            into.append(rule)
+    return RuleSet(system=system, rules=tuple(first + rules), derived=derived, sets=sets)

@@ -22,7 +22,8 @@ CONFLICT_KEYS = {"flags", "rules", "facts", "message", "fixes"}
 def toy(tmp_path, monkeypatch):
     """The toy rules and toy presets behind every command."""
     plan = toy_plan(tmp_path)
-    for target in ("resolver.api.plan_for", "resolver.dryrun.plan_for", "resolver.matrix.plan_for"):
+    for target in ("resolver.api.plan_for", "resolver.dryrun.plan_for", "resolver.matrix.plan_for",
+                   "resolver.commands.matrix.plan_for"):
         monkeypatch.setattr(target, lambda system: plan)
 
     def facts(spec="probe", overrides=(), model_path=None, system="llm"):

@@ -28,6 +28,7 @@ def _values(*argv: str) -> dict:
 ACCEPTED = {
     "d.par.dp.alias": [(["--data-parallel-size", "1"], {"dp_size": 1}), (["--dp-size", "1"], {"dp_size": 1}),
                        (["--dp", "1"], {"dp_size": 1})],
+    "d.attn.fa_alias": [(["--attention-backend", name], {"attention_backend": "fa"}) for name in ("fa", "fa3", "fa4")],
     "d.par.cfg_size.alias": [(["--cfg-parallel-size", "2"], {"cfg_parallel_degree": 2})],
     "d.par.mode.alias": [(["--mode", "speed"], {"performance_mode": "speed"}),
                          (["--performance-mode", "memory"], {"performance_mode": "memory"})],

@@ -13,7 +13,7 @@ import pytest
 
 from engine.diffusion.layout import ParallelLayout
 from engine.diffusion.ports import choose_ports
-from engine.diffusion.settings import EngineSettings
+from engine.diffusion.settings import EngineSettings, UnsupportedConfig
 from engine.diffusion.spec import load_model_spec
 from engine.diffusion.warmup import Resolution, WarmupEntry, parse_resolution
 from resolver.catalog import load_catalog
@@ -100,20 +100,13 @@ def test_tp_size_must_divide_the_attention_heads():
         settings(num_gpus=3, tp_size=3)
 
 
-def test_unknown_attention_backend_is_refused_and_unset_means_sdpa():
-    with pytest.raises(UsageError, match="'fa' is not implemented"):
+def test_unknown_attention_backend_is_a_bug_report_and_unset_means_sdpa():
+    with pytest.raises(UnsupportedConfig, match="--attention-backend 'fa'"):
         settings(attention_backend="fa")
     assert settings(attention_backend=None).describe()["attention_backend"] == "torch_sdpa (auto)"
 
 
-def test_breakable_graph_and_torch_compile_are_exclusive():
-    with pytest.raises(UsageError, match="mutually exclusive"):
-        settings(enable_breakable_cuda_graph=True, enable_torch_compile=True, warmup_mode="server",
-                 warmup_resolutions=["64x64"], bcg_text_buckets=[64])
-
-
 @pytest.mark.parametrize("overrides, message", [
-    ({"batching_config": "rules.json"}, "--batching-config .* is not implemented"),
     ({"batching_max_size": 0}, "--batching-max-size must be at least 1"),
     ({"batching_delay_ms": -1.0}, "--batching-delay-ms must be 0 or more"),
 ])
@@ -122,12 +115,17 @@ def test_batching_settings_the_engine_cannot_honour_are_refused(overrides, messa
         settings(**overrides)
 
 
+def test_features_the_profile_refuses_are_bug_reports_when_they_reach_the_engine():
+    with pytest.raises(UnsupportedConfig, match="--batching-config"):
+        settings(batching_config="rules.json")
+    with pytest.raises(UnsupportedConfig, match="platform 'mps'"):
+        EngineSettings.from_config(ResolvedConfig("diffusion", {"platform": "mps"}, dict(config().values)))
+
+
 def test_a_config_for_another_system_or_platform_is_refused():
     values = {**load_catalog("diffusion").defaults(), **CONCRETE}
     with pytest.raises(UsageError, match="no 'platform' fact"):
         EngineSettings.from_config(ResolvedConfig("diffusion", {}, values))
-    with pytest.raises(UsageError, match="not on platform 'mps'"):
-        EngineSettings.from_config(ResolvedConfig("diffusion", {"platform": "mps"}, values))
     with pytest.raises(UsageError, match="handed a 'llm' config"):
         EngineSettings.from_config(ResolvedConfig("llm", {"platform": "cpu"}, {}))
 

@@ -37,3 +37,12 @@ def test_final_text_is_cut_at_the_matched_stop_string():
 def test_skip_tokenizer_init_passes_ids_without_text():
     out = Detokenizer(with_text=False).convert(item("r", [1, 2, 3], finished=True))
     assert out["text"] is None and out["ids"] == [1, 2, 3]
+
+
+def test_streamed_deltas_hold_back_a_possible_stop_string_start():
+    detok = Detokenizer(with_text=True)
+    running = dict(item("r", list(b"abE")), stop=["END"])
+    assert detok.convert(running)["text"] == "ab"  # "E" may begin "END": held back
+    assert detok.convert(dict(item("r", list(b"x")), stop=["END"]))["text"] == "Ex"
+    last = dict(item("r", list(b"yEND"), finished=True, matched="END"), stop=["END"])
+    assert detok.convert(last)["text"] == "y"

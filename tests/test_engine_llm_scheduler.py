@@ -129,3 +129,15 @@ def test_context_length_ends_generation_with_length():
     assert out["finish_reason"]["type"] == "length" and len(out["ids"]) == 5
     sched.handle(gen("b", [1, 2, 3, 4], 5))
     assert "exceeds the context length of 8" in sched.take_outputs()[0]["error"]
+
+
+def test_flush_cache_frees_every_cached_prefix_and_the_next_request_recomputes():
+    sched = make(pages=8, page_size=4)
+    prompt = list(range(1, 14))
+    sched.handle(gen("a", prompt, 2))
+    run_all(sched)
+    assert sched.cache.cached_pages >= 3
+    sched.handle({"type": "flush_cache"})
+    assert sched.cache.cached_pages == 0 and sched.pool.free_pages == 8
+    sched.handle(gen("b", prompt, 2))
+    assert run_step(sched).reqs[0].prefix_len == 0

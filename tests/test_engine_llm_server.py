@@ -203,7 +203,7 @@ def test_prefix_cache_hits_are_reported_and_change_nothing(client, expected):
     ("/generate", {"input_ids": [1, 99999]}, "input_ids must be integers in [0, 258)"),
     ("/generate", {"text": "hi", "stream": "yes"}, "stream must be true or false"),
     ("/v1/completions", {"prompt": "x" * 5000}, "exceed the context length"),
-    ("/v1/completions", {"prompt": "hi", "n": 2}, "n and best_of must be 1"),
+    ("/v1/completions", {"prompt": "hi", "n": 0}, "n must be an integer in [1, 128]"),
     ("/v1/completions", {"prompt": "hi", "max_tokens": 0}, "max_tokens must be an integer >= 1"),
     ("/v1/completions", {"max_tokens": 3}, "prompt is required"),
     ("/v1/chat/completions", {"messages": "hi"}, "messages must be a non-empty list"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.llm.settings import EngineSettings, Topology
+from engine.llm.settings import EngineSettings, Topology, UnsupportedConfig
 from resolver.catalog import load_catalog
 from resolver.errors import UsageError
 from resolver.frozen import ResolvedConfig
@@ -31,23 +31,32 @@ def test_resolved_values_are_taken_as_they_are():
 @pytest.mark.parametrize("overrides,words", [
     ({"random_seed": None}, "--random-seed resolved to None"),
     ({"page_size": None}, "--page-size resolved to None"),
-    ({"attention_backend": "flashinfer"}, "--attention-backend 'flashinfer' is not implemented"),
-    ({"kv_cache_dtype": "nvfp4"}, "--kv-cache-dtype 'nvfp4'"),
-    ({"schedule_policy": "lof"}, "--schedule-policy 'lof'"),
-    ({"speculative_algorithm": "EAGLE"}, "--speculative-algorithm 'EAGLE' is a feature"),
     ({"mem_fraction_static": None}, "--mem-fraction-static resolved to None"),
-    ({"enable_dp_attention": True, "tp_size": 3, "dp_size": 2}, "must be a multiple of --dp-size"),
-    ({"nnodes": 2, "node_rank": 2}, "--node-rank 2 is outside"),
-    ({"enable_dp_attention": True, "tp_size": 2, "dp_size": 2, "pp_size": 2}, "single pipeline stage"),
 ])
-def test_values_the_engine_cannot_honour_are_refused_naming_the_flag(overrides, words):
+def test_values_left_unset_are_refused_naming_the_flag(overrides, words):
     with pytest.raises(UsageError) as err:
         settings(**overrides)
     assert words in str(err.value)
 
 
+@pytest.mark.parametrize("overrides,words", [
+    ({"attention_backend": "flashinfer"}, "--attention-backend 'flashinfer'"),
+    ({"kv_cache_dtype": "nvfp4"}, "--kv-cache-dtype 'nvfp4'"),
+    ({"schedule_policy": "lof"}, "--schedule-policy 'lof'"),
+    ({"speculative_algorithm": "EAGLE"}, "--speculative-algorithm 'EAGLE'"),
+    ({"enable_dp_attention": True, "tp_size": 2, "dp_size": 2, "pp_size": 2}, "several pipeline stages"),
+])
+def test_an_unsupported_config_is_a_bug_report_not_a_usage_error(overrides, words):
+    """The engine profile refuses these before serve starts anything; reaching the engine with one
+    means the profile is wrong, so the engine asserts instead of explaining."""
+    with pytest.raises(UnsupportedConfig) as err:
+        settings(**overrides)
+    assert words in str(err.value) and "Accord bug" in str(err.value)
+    assert not isinstance(err.value, UsageError)
+
+
 def test_facts_must_describe_a_platform_and_memory_the_engine_can_use():
-    with pytest.raises(UsageError, match="platform 'mps'"):
+    with pytest.raises(UnsupportedConfig, match="platform 'mps'"):
         settings({"platform": "mps"})
     with pytest.raises(UsageError, match="host.ram_gib"):
         settings({"platform": "cpu"})

@@ -200,9 +200,10 @@ ROWS = [
         "--speculative-draft-model-path jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B "
         "--speculative-num-steps 5 --speculative-eagle-topk 8 --speculative-num-draft-tokens 32 "
         "--mem-fraction 0.6 --cuda-graph-max-bs 2 --dtype float16",
-        {"attention_backend": "flashinfer", "speculative_draft_attention_backend": "flashinfer",
+        {"attention_backend": "flashinfer", "speculative_draft_attention_backend": None,
          "max_running_requests": 48, "cuda_graph_max_bs_decode": 2, "mem_fraction_static": 0.6},
-        note="an explicit top-k of 8 rules out fa3 (AT4); SP6 caps running requests at 48"),
+        note="an explicit top-k of 8 rules out fa3 (AT4); SP6 caps running requests at 48; "
+             "0.5.23 leaves the EAGLE draft backend unset (oracle)"),
     Row("eagle2-llama2-h100", SPEC + " (EAGLE-2 example, Llama-2-7B chat)", "h100",
         "--model {model:Llama-2-7b-chat-hf} --speculative-algorithm EAGLE "
         "--speculative-draft-model-path lmsys/sglang-EAGLE-llama2-chat-7B --speculative-num-steps 3 "
@@ -223,7 +224,8 @@ ROWS = [
         "--model-path {model:Meta-Llama-3.1-8B-Instruct} --speculative-algorithm EAGLE "
         "--speculative-draft-model-path lmsys/sglang-EAGLE-LLaMA3-Instruct-8B --speculative-num-steps 3 "
         "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4",
-        {"attention_backend": "trtllm_mha", "speculative_draft_attention_backend": "trtllm_mha", "page_size": 64}),
+        {"attention_backend": "trtllm_mha", "speculative_draft_attention_backend": None, "page_size": 64},
+        note="0.5.23 leaves the EAGLE draft backend unset (oracle)"),
     Row("eagle-topk-without-steps", UPSTREAM + " SP9 (top-k without num-steps asserts)", "h100",
         "--model-path {model:Meta-Llama-3.1-8B-Instruct} --speculative-algorithm EAGLE "
         "--speculative-draft-model-path lmsys/sglang-EAGLE-LLaMA3-Instruct-8B --speculative-eagle-topk 2",
@@ -237,7 +239,8 @@ ROWS = [
     Row("ngram-h100", SPEC + " (NGRAM example)", "h100",
         "--model-path {model:Meta-Llama-3.1-8B-Instruct} --speculative-algorithm NGRAM "
         "--speculative-num-draft-tokens 16",
-        {"attention_backend": "fa3", "speculative_draft_attention_backend": None, "max_running_requests": None}),
+        {"attention_backend": "fa3", "speculative_draft_attention_backend": None, "max_running_requests": 48},
+        note="0.5.23 caps NGRAM running requests at 48 (speculative_hook.py:1294-1302, oracle)"),
     Row("ngram-mi300x", UPSTREAM + " SP15 (NGRAM only on CUDA, CPU, XPU)", "mi300x",
         "--model-path {model:Meta-Llama-3.1-8B-Instruct} --speculative-algorithm NGRAM",
         conflict=("speculative_algorithm",)),

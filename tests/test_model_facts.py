@@ -138,7 +138,18 @@ def test_field_of_unexpected_type_is_unknown_not_an_error(tmp_path):
 def test_diffusion_folder_gives_pipeline_and_hub_id(tmp_path):
     index = {"_class_name": "FluxPipeline", "_name_or_path": "black-forest-labs/FLUX.1-dev"}
     facts = model_facts(write_model(tmp_path / "flux", index, "model_index.json"), system="diffusion")
-    assert facts == {"model.id": "black-forest-labs/FLUX.1-dev", "model.pipeline": "FluxPipeline"}
+    # task and CFG use come from rules/diffusion/data/pipelines.yaml (upstream FluxSamplingParams has
+    # no default negative prompt, so FLUX samples without classifier-free guidance)
+    assert facts == {"model.id": "black-forest-labs/FLUX.1-dev", "model.pipeline": "FluxPipeline",
+                     "model.task_type": "image_gen", "model.uses_cfg": False}
+
+
+def test_hub_id_overrides_its_pipelines_cfg_default(tmp_path):
+    # upstream ZImageTurboSamplingParams: guidance_scale 0.0, while ZImageSamplingParams uses 5.0
+    turbo = {"_class_name": "ZImagePipeline", "_name_or_path": "Tongyi-MAI/Z-Image-Turbo"}
+    base = {"_class_name": "ZImagePipeline", "_name_or_path": "Tongyi-MAI/Z-Image"}
+    assert model_facts(write_model(tmp_path / "t", turbo, "model_index.json"), "diffusion")["model.uses_cfg"] is False
+    assert model_facts(write_model(tmp_path / "b", base, "model_index.json"), "diffusion")["model.uses_cfg"] is True
 
 
 def test_hub_id_is_recovered_from_a_hugging_face_cache_folder(tmp_path):
@@ -152,8 +163,13 @@ def test_a_hub_id_gives_unknown_model_facts_and_a_warning_naming_it():
     assert "meta-llama/Llama-3.1-8B" in note and "unknown" in note
 
 
+def test_a_path_missing_here_gives_unknown_model_facts_and_a_warning(tmp_path):
+    path = str(tmp_path / "no" / "such" / "folder")
+    assert model_facts(path) == {}
+    assert "does not exist on this machine" in model_path_warning(path, "llm")
+
+
 @pytest.mark.parametrize("make, words", [
-    (lambda root: root / "no" / "such" / "folder", "does not exist"),
     (lambda root: root, "folder without config.json"),
     (lambda root: (root / "weights.bin").write_bytes(b"x") and root / "weights.bin", "is a file"),
 ])

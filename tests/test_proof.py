@@ -46,6 +46,22 @@ def test_proof_says_what_you_set_the_machine_the_rule_and_why(plan):
     assert lines.index("  because   FA3 kernels are built for Hopper.") < lines.index("  fix       drop --attention-backend")
 
 
+def test_the_proof_shows_the_values_the_rule_read(plan):
+    text = render_conflict(_conflict({"attention_backend": "fa3"}, B200))
+    assert "  reads     gpu.sm = 100, attention_backend = fa3" in text.splitlines()
+
+
+def test_no_shipped_rule_condition_is_elided_in_a_proof():
+    """Every condition of the real rule set prints whole, however long (no "see the rule file")."""
+    from resolver.report import rule_clause
+    for system in ("llm", "diffusion"):
+        for rule in api.plan_for(system).ruleset:
+            if rule.kind in ("require", "conflict"):
+                clause = rule_clause(rule)
+                assert "see the rule file" not in clause
+                assert " ".join(rule.when.source.split()) in clause if rule.when is not None else True
+
+
 def test_flags_that_conflict_without_the_machine_say_so(plan):
     text = render_conflict(_conflict({"tp_size": 8, "dp_size": 3, "enable_dp_attention": True}, H100))
     assert "  machine" not in text

@@ -1,8 +1,10 @@
 """Everything the diffusion engine reads from a resolved config, checked once, in plain Python.
 
-The resolver fills concrete values; the engine refuses a config it cannot execute rather than
-guessing: a flag it needs that is still unset, a degree that does not divide the model, a backend
-it does not implement. Every message names the flag by its command-line spelling. The parent
+The resolver fills concrete values, and what the engine implements is data, the engine profile
+`rules/diffusion/engine.yaml`, which `accord serve` resolves with. This module holds no legality
+rule of its own: a value the profile should have refused (a backend or feature the engine lacks) is
+an `UnsupportedConfig`, a bug to report; a flag that is still unset, or a degree or bucket the
+model folder cannot take, is a UsageError naming the flag by its command-line spelling. The parent
 process builds `EngineSettings` before starting anything (so a bad config starts nothing) and every
 child rebuilds the same object from the same frozen config.
 """
@@ -10,7 +12,6 @@ child rebuilds the same object from the same frozen config.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Mapping
 
 from engine.diffusion.layout import ParallelLayout
@@ -25,16 +26,26 @@ OFFLOAD_FLAGS = {"transformer": "dit_cpu_offload", "text_encoder": "text_encoder
                  "vae": "vae_cpu_offload"}
 
 
-@functools.lru_cache(maxsize=None)
-def _spellings() -> dict[str, str]:
-    from resolver.catalog import load_catalog
+class UnsupportedConfig(AssertionError):
+    """The resolved config asks for something the engine does not implement. `accord serve`
+    resolves with the engine profile, which refuses such values, so this is a bug to report."""
 
-    return {flag.name: flag.primary for flag in load_catalog("diffusion")}
+    def __init__(self, what: str):
+        super().__init__(f"Accord bug: the resolved config has {what}, which the built-in diffusion "
+                         "engine does not implement and the engine profile "
+                         "(rules/diffusion/engine.yaml) should have refused; please report it with "
+                         "the command line.")
+
+
+# Flags whose primary spelling is not their name with dashes (rules/diffusion/flags.yaml).
+_SPELLINGS = {"cfg_parallel_degree": "--cfg-parallel-size", "dp_size": "--data-parallel-size",
+              "pipeline_class_name": "--pipeline"}
 
 
 def spell(name: str) -> str:
-    """A flag's command-line spelling, e.g. `tp_size` -> `--tp-size`."""
-    return _spellings().get(name, name)
+    """A flag's command-line spelling, e.g. `tp_size` -> `--tp-size` (the engine reads only the
+    frozen config, not the resolver's catalog)."""
+    return _SPELLINGS.get(name, "--" + name.replace("_", "-"))
 
 
 def required(values: Mapping[str, Any], name: str) -> Any:
@@ -71,7 +82,7 @@ def _device_kind(facts: Mapping[str, Any]) -> str:
     if platform is None:
         raise UsageError("the resolved config has no 'platform' fact; resolve with --facts probe (or a preset) "
                          "so the engine knows which device to run on.")
-    raise UsageError(f"the built-in diffusion engine runs on cpu, cuda or rocm, not on platform {platform!r}.")
+    raise UnsupportedConfig(f"platform {platform!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,18 +120,10 @@ class EngineSettings:
 
         backend = values["attention_backend"]
         if backend is not None and backend not in ATTENTION_BACKENDS:
-            raise UsageError(f"{spell('attention_backend')} {backend!r} is not implemented by the built-in "
-                             f"diffusion engine; use one of: {', '.join(ATTENTION_BACKENDS)} (or leave it unset).")
+            raise UnsupportedConfig(f"{spell('attention_backend')} {backend!r}")
 
         torch_compile = bool(values["enable_torch_compile"])
-        if torch_compile and plan.breakable_graph:
-            raise UsageError(f"{spell('enable_breakable_cuda_graph')} and {spell('enable_torch_compile')} are "
-                             "mutually exclusive (each takes over the DiT forward); choose one.")
-
         offload = _offload(values, device)
-        if device == "cuda" and plan.breakable_graph and offload["transformer"]:
-            raise UsageError(f"{spell('enable_breakable_cuda_graph')} replays graphs on weights that stay on the "
-                             f"GPU, so it cannot be combined with {spell('dit_cpu_offload')}; turn one off.")
 
         max_size, delay_ms = _batching(values)
         return cls(layout=layout, plan=plan, model=model, device=device,
@@ -151,10 +154,9 @@ class EngineSettings:
 def _batching(values: Mapping[str, Any]) -> tuple[int, float]:
     """The dynamic batcher's limits: most requests per batch, longest wait for company (ms)."""
     if values["batching_mode"] != "dynamic":
-        raise UsageError(f"{spell('batching_mode')} {values['batching_mode']!r}: only 'dynamic' exists.")
+        raise UnsupportedConfig(f"{spell('batching_mode')} {values['batching_mode']!r}")
     if values["batching_config"] is not None:
-        raise UsageError(f"{spell('batching_config')} (per-shape admission rules) is not implemented by the "
-                         f"built-in diffusion engine; cap batches with {spell('batching_max_size')} instead.")
+        raise UnsupportedConfig(f"{spell('batching_config')}")
     max_size, delay = values["batching_max_size"], values["batching_delay_ms"]
     if not isinstance(max_size, int) or max_size < 1:
         raise UsageError(f"{spell('batching_max_size')} must be at least 1 (got {max_size!r}).")
@@ -172,6 +174,5 @@ def _offload(values: Mapping[str, Any], device: str) -> dict[str, bool]:
     if device == "cpu":
         return {component: bool(values[flag]) for component, flag in OFFLOAD_FLAGS.items()}
     if values["dit_layerwise_offload"]:
-        raise UsageError(f"{spell('dit_layerwise_offload')} is not implemented by the built-in diffusion engine "
-                         f"(its DiT is a few MB); use {spell('dit_cpu_offload')} instead.")
+        raise UnsupportedConfig(spell("dit_layerwise_offload"))
     return {component: bool(required(values, flag)) for component, flag in OFFLOAD_FLAGS.items()}

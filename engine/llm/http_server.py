@@ -1,6 +1,8 @@
 """The front end process: HTTP (starlette + uvicorn), tokenization, and routing to the schedulers.
 
-Endpoints: SGLang's native /generate, OpenAI-compatible /v1/completions and /v1/chat/completions
+Endpoints: SGLang's native /generate, /tokenize, /detokenize, /get_model_info; OpenAI-compatible
+/v1/completions and /v1/chat/completions (n choices, list prompts, text content parts,
+stream_options.include_usage)
 (streamed as server-sent events when "stream" is true), /v1/models, /health (200 once every
 scheduler group reported ready) and /server_info (the resolved config with provenance, plus the
 sizes the ranks derived from it). A bad body is a 400 naming the field; a prompt that does not fit
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import itertools
 import json
 import signal
@@ -22,6 +25,7 @@ import uvicorn
 import zmq
 import zmq.asyncio
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -33,9 +37,11 @@ from engine.llm.settings import EngineSettings
 from engine.llm.tokenizer import make_tokenizer
 from engine.ports import Endpoints, bind_private
 from engine.supervisor import report_ready
+from resolver.errors import UsageError
 from resolver.frozen import ResolvedConfig
 
 OPENAI_COMPLETION_DEFAULT_MAX_TOKENS = 16
+HEALTH_GENERATE_TIMEOUT_S = 20.0
 
 
 class BadRequest(Exception):
@@ -47,6 +53,22 @@ class BadRequest(Exception):
 def error_response(message: str, status: int) -> JSONResponse:
     kind = "invalid_request_error" if status < 500 else "server_error"
     return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+
+
+SECRET_KEYS = ("api_key", "admin_api_key")
+
+
+def redacted(info: dict) -> dict:
+    """The config as /server_info shows it: secrets replaced by a marker saying one is set."""
+    values = dict(info.get("values", {}))
+    for key in SECRET_KEYS:
+        if values.get(key) is not None:
+            values[key] = "<redacted>"
+    provenance = dict(info.get("provenance", {}))
+    for key in SECRET_KEYS:
+        if isinstance(provenance.get(key), dict):
+            provenance[key] = {"source": provenance[key].get("source")}
+    return {**info, "values": values, "provenance": provenance}
 
 
 class FrontEnd:
@@ -61,6 +83,10 @@ class FrontEnd:
         self.runtime: dict[int, dict] = {}
         self._queues: dict[str, asyncio.Queue] = {}
         self._next_group = itertools.cycle(range(len(endpoints.scheduler_inputs)))
+        self.metrics = None
+        if config.values.get("enable_metrics"):
+            from engine.llm.metrics import Metrics  # prometheus-client only when asked for
+            self.metrics = Metrics(self.model_name)
 
     @property
     def ready(self) -> bool:
@@ -112,11 +138,17 @@ class FrontEnd:
         self._queues[rid] = asyncio.Queue()
         return self._outputs_of(input_ids, params, stream, rid)
 
+    def forget(self, rid: str) -> None:
+        """Drop a submitted request whose outputs were never read (nothing was sent for it)."""
+        self._queues.pop(rid, None)
+
     async def _outputs_of(self, input_ids: list[int], params: SamplingParams, stream: bool,
                           rid: str) -> AsyncIterator[dict]:
         queue = self._queues[rid]
         outbox = self._outboxes[next(self._next_group)]
         finished = False
+        timer = self.metrics.track() if self.metrics else None
+        outcome = "aborted"
         try:
             await outbox.send(pack(
                 {"type": "generate", "rid": rid, "input_ids": input_ids, "sampling": params.to_dict(),
@@ -124,28 +156,70 @@ class FrontEnd:
             while not finished:
                 item = await queue.get()
                 if item.get("error"):
-                    finished = True
+                    finished, outcome = True, "error"
                     raise BadRequest(item["error"], item.get("error_code") or 400)
                 finished = item["finished"]
+                if timer:
+                    timer.output(item)
+                if finished:
+                    outcome = "finished"
                 yield item
         finally:
+            if timer:
+                timer.done(outcome)
             del self._queues[rid]
             if not finished:  # the caller went away: stop spending compute on it
                 await outbox.send(pack({"type": "abort", "rid": rid}))
 
 
+DISCONNECT_POLL_S = 0.25
+
+
+async def unless_disconnected(request: Request, work):
+    """Await `work`, cancelling it (which aborts its requests) if the client goes away first."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                raise BadRequest("the client disconnected", 499)
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, BadRequest):
+                await task
+
+
 async def final_item(items: AsyncIterator[dict]) -> dict:
     """The last (for a non-streamed request, the only) output item."""
-    async for item in items:
-        last = item
-    return last
+    try:
+        async for item in items:
+            last = item
+        return last
+    finally:
+        await items.aclose()  # on cancellation too: closing an unfinished request aborts it
 
 
 # -- request parsing -------------------------------------------------------------------------------
 
+# Far above any prompt the context holds as text or token ids; a bigger body is refused unread.
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
 async def read_json(request: Request) -> dict:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise BadRequest(f"the request body is {declared} bytes; the limit is {MAX_BODY_BYTES}", 413)
+    data = bytearray()
+    async for piece in request.stream():
+        data += piece
+        if len(data) > MAX_BODY_BYTES:
+            raise BadRequest(f"the request body exceeds the limit of {MAX_BODY_BYTES} bytes", 413)
     try:
-        body = json.loads(await request.body())
+        # Parsing a large body takes a while: off the event loop, so other requests keep flowing.
+        body = await asyncio.to_thread(json.loads, bytes(data))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise BadRequest(f"the request body is not valid JSON: {err}") from None
     if not isinstance(body, dict):
@@ -162,16 +236,44 @@ def sampling_from(raw: Any) -> SamplingParams:
         raise BadRequest(f"sampling_params: {err}") from None
 
 
+# Fields this engine does not implement: a request that sets them is refused, never half-served.
+UNSUPPORTED_WHEN_SET = ("logprobs", "top_logprobs", "echo", "suffix", "tools", "functions",
+                        "logit_bias", "min_tokens")
+UNSUPPORTED_WHEN_NONZERO = ("presence_penalty", "frequency_penalty")
+
+
+def choice_count(body: dict) -> int:
+    """`n` (and `best_of`, which must not ask for more candidates than are returned)."""
+    n, best_of = body.get("n", 1), body.get("best_of")
+    if n is None:
+        n = 1
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 128:
+        raise BadRequest("n must be an integer in [1, 128]")
+    if best_of is not None and best_of != n:
+        raise BadRequest("best_of must equal n: this server returns every candidate it samples")
+    return n
+
+
 def openai_sampling(body: dict, default_max_tokens: int | None) -> SamplingParams:
-    if body.get("n", 1) != 1 or body.get("best_of", 1) != 1:
-        raise BadRequest("n and best_of must be 1; this server returns one choice per request")
-    for unsupported in ("logprobs", "top_logprobs", "echo", "suffix"):
-        if body.get(unsupported):
-            raise BadRequest(f"{unsupported} is not supported by this server")
+    for field in UNSUPPORTED_WHEN_SET:
+        if body.get(field) not in (None, False, [], {}):
+            raise BadRequest(f"{field} is not supported by this server; remove it from the request")
+    for field in UNSUPPORTED_WHEN_NONZERO:
+        if body.get(field) not in (None, 0, 0.0):
+            raise BadRequest(f"{field} is not supported by this server; send 0 or omit it")
+    if body.get("repetition_penalty") not in (None, 1, 1.0):
+        raise BadRequest("repetition_penalty is not supported by this server; send 1.0 or omit it")
+    if body.get("tool_choice") not in (None, "none"):
+        raise BadRequest("tool_choice is not supported by this server (no tool calling)")
+    response_format = body.get("response_format")
+    if response_format is not None and response_format != {"type": "text"}:
+        raise BadRequest("response_format other than {\"type\": \"text\"} is not supported by this "
+                         "server (no constrained decoding)")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens", default_max_tokens))
     raw = {"max_new_tokens": max_tokens if max_tokens is not None else MAX_NEW_TOKENS_DEFAULT,
            "temperature": body.get("temperature"), "top_p": body.get("top_p"), "top_k": body.get("top_k"),
-           "stop": body.get("stop"), "seed": body.get("seed"), "ignore_eos": body.get("ignore_eos")}
+           "stop": body.get("stop"), "seed": body.get("seed"), "ignore_eos": body.get("ignore_eos"),
+           "stop_token_ids": body.get("stop_token_ids")}
     try:
         return SamplingParams.from_request(raw)
     except (ValueError, TypeError) as err:
@@ -188,6 +290,78 @@ def bool_field(body: dict, name: str) -> bool:
 def finish_reason(item: dict) -> str | None:
     reason = item.get("finish_reason")
     return None if reason is None else ("length" if reason["type"] == "length" else "stop")
+
+
+async def merged(streams: list[AsyncIterator[dict]]) -> AsyncIterator[tuple[int, dict]]:
+    """(choice index, item) from several requests' outputs as they arrive."""
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(index: int, items: AsyncIterator[dict]) -> None:
+        try:
+            async for item in items:
+                await queue.put((index, item, None))
+        except BadRequest as err:
+            await queue.put((index, None, err))
+        await queue.put((index, None, None))
+
+    tasks = [asyncio.create_task(pump(i, items)) for i, items in enumerate(streams)]
+    try:
+        open_streams = len(streams)
+        while open_streams:
+            index, item, err = await queue.get()
+            if err is not None:
+                raise err
+            if item is None:
+                open_streams -= 1
+            else:
+                yield index, item
+    finally:
+        for task in tasks:
+            task.cancel()
+        for items in streams:
+            await items.aclose()
+
+
+class Choices:
+    """The n x prompts requests behind one OpenAI call, closed together (which aborts them)."""
+
+    def __init__(self, streams: list[AsyncIterator[dict]]):
+        self.streams = streams
+
+    async def aclose(self) -> None:
+        for items in self.streams:
+            await items.aclose()
+
+    async def finals(self) -> list[dict]:
+        try:
+            return list(await asyncio.gather(*(final_item(items) for items in self.streams)))
+        finally:
+            await self.aclose()
+
+
+def include_usage(body: dict) -> bool:
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise BadRequest("stream_options must be an object")
+    value = options.get("include_usage", False)
+    if not isinstance(value, bool):
+        raise BadRequest("stream_options.include_usage must be true or false")
+    return value
+
+
+def text_content(content: Any, index: int) -> str:
+    """A chat message's content: a string, or a list of {"type": "text"} parts (joined)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise BadRequest(f"messages[{index}].content: only text parts are supported, got {kind!r}")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise BadRequest(f"messages[{index}].content must be a string or a list of text parts")
 
 
 def sse(events: AsyncIterator[dict], items: AsyncIterator[dict]) -> StreamingResponse:
@@ -210,7 +384,7 @@ def build_app(front: FrontEnd) -> Starlette:
     tokenizer = front.tokenizer
     skip_text = front.settings.skip_tokenizer_init
 
-    def prompt_ids(prompt: Any, field: str) -> list[int]:
+    async def prompt_ids(prompt: Any, field: str) -> list[int]:
         """A prompt given as text or as token ids."""
         if isinstance(prompt, list):
             if not all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
@@ -219,7 +393,7 @@ def build_app(front: FrontEnd) -> Starlette:
         if isinstance(prompt, str):
             if skip_text:
                 raise BadRequest("the server runs with --skip-tokenizer-init: send token ids, not text")
-            return tokenizer.encode(prompt)
+            return await asyncio.to_thread(tokenizer.encode, prompt)
         raise BadRequest(f"{field} must be a string or a list of token ids")
 
     def meta(item: dict, rid: str) -> dict:
@@ -234,7 +408,7 @@ def build_app(front: FrontEnd) -> Starlette:
         if "input_ids" not in body and "text" not in body:
             raise BadRequest("text or input_ids is required")
         field = "input_ids" if "input_ids" in body else "text"
-        ids = prompt_ids(body[field], field)
+        ids = await prompt_ids(body[field], field)
         rid = str(body.get("rid") or uuid.uuid4().hex)
         items = front.submit(ids, params, stream, rid)
         if stream:
@@ -246,84 +420,195 @@ def build_app(front: FrontEnd) -> Starlette:
                     yield {"text": None if skip_text else text, "output_ids": out_ids,
                            "meta_info": meta(item, rid)}
             return sse(events(), items)
-        item = await final_item(items)
+        item = await unless_disconnected(request, final_item(items))
         return JSONResponse({"text": item["text"], "output_ids": item["ids"], "meta_info": meta(item, rid)})
 
     def usage(item: dict) -> dict:
         return {"prompt_tokens": item["prompt_tokens"], "completion_tokens": item["completion_tokens"],
                 "total_tokens": item["prompt_tokens"] + item["completion_tokens"]}
 
+    def check_model(body: dict) -> None:
+        model = body.get("model")
+        if model is not None and model != front.model_name:
+            raise BadRequest(f"The model `{model}` does not exist. This server serves "
+                             f"`{front.model_name}`.", 404)
+
+    async def prompts_of(raw: Any) -> list[list[int]]:
+        """A completion prompt: text, token ids, or a non-empty list of either."""
+        if isinstance(raw, list) and raw and all(isinstance(p, (str, list)) for p in raw):
+            return [await prompt_ids(p, f"prompt[{i}]") for i, p in enumerate(raw)]
+        return [await prompt_ids(raw, "prompt")]
+
+    def start_choices(prompts: list[list[int]], n: int, params: SamplingParams, stream: bool,
+                      rid: str) -> Choices:
+        streams, rids = [], []
+        try:
+            for p, ids in enumerate(prompts):
+                for k in range(n):
+                    rids.append(f"{rid}-{p * n + k}")
+                    streams.append(front.submit(ids, params, stream, rids[-1]))
+        except BadRequest:
+            for submitted in rids[:len(streams)]:
+                front.forget(submitted)
+            raise
+        return Choices(streams)
+
+    def total_usage(finals: list[dict], prompts: list[list[int]]) -> dict:
+        prompt = sum(len(p) for p in prompts)
+        completion = sum(item["completion_tokens"] for item in finals)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    def openai_stream(choices: Choices, chunk, base: dict, usage_wanted: bool, prompts, n: int):
+        async def events():
+            completion = [0] * len(choices.streams)
+            first = [True] * len(choices.streams)
+            async for index, item in merged(choices.streams):
+                completion[index] = item["completion_tokens"]
+                yield {**base, "choices": [chunk(index, item, first[index])]}
+                first[index] = False
+            if usage_wanted:
+                prompt = sum(len(p) for p in prompts) * n
+                yield {**base, "choices": [], "usage": {
+                    "prompt_tokens": prompt, "completion_tokens": sum(completion),
+                    "total_tokens": prompt + sum(completion)}}
+        return sse(events(), choices)
+
     async def completions(request: Request) -> Response:
         body = await read_json(request)
+        check_model(body)
         params = openai_sampling(body, OPENAI_COMPLETION_DEFAULT_MAX_TOKENS)
-        stream = bool_field(body, "stream")
+        stream, n = bool_field(body, "stream"), choice_count(body)
+        usage_wanted = include_usage(body)
         if "prompt" not in body:
             raise BadRequest("prompt is required")
-        ids = prompt_ids(body["prompt"], "prompt")
+        prompts = await prompts_of(body["prompt"])
         rid = f"cmpl-{uuid.uuid4().hex}"
         base = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": front.model_name}
-        items = front.submit(ids, params, stream, rid)
+        choices = start_choices(prompts, n, params, stream, rid)
         if stream:
-            async def events():
-                async for item in items:
-                    yield {**base, "choices": [{"index": 0, "text": item["text"] or "", "logprobs": None,
-                                                "finish_reason": finish_reason(item)}]}
-            return sse(events(), items)
-        item = await final_item(items)
-        return JSONResponse({**base, "choices": [{"index": 0, "text": item["text"] or "", "logprobs": None,
-                                                  "finish_reason": finish_reason(item)}],
-                             "usage": usage(item)})
+            def chunk(index, item, first):
+                return {"index": index, "text": item["text"] or "", "logprobs": None,
+                        "finish_reason": finish_reason(item)}
+            return openai_stream(choices, chunk, base, usage_wanted, prompts, n)
+        finals = await unless_disconnected(request, choices.finals())
+        return JSONResponse({**base, "choices": [
+            {"index": i, "text": item["text"] or "", "logprobs": None, "finish_reason": finish_reason(item)}
+            for i, item in enumerate(finals)], "usage": total_usage(finals, [p for p in prompts for _ in range(n)])})
 
     async def chat_completions(request: Request) -> Response:
         body = await read_json(request)
+        check_model(body)
         params = openai_sampling(body, None)
-        stream = bool_field(body, "stream")
+        stream, n = bool_field(body, "stream"), choice_count(body)
+        usage_wanted = include_usage(body)
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages or not all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in messages):
-            raise BadRequest("messages must be a non-empty list of {\"role\": str, \"content\": str} objects")
+                isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+            raise BadRequest("messages must be a non-empty list of {\"role\": str, \"content\": ...} objects")
+        messages = [{"role": m["role"], "content": text_content(m.get("content"), i)}
+                    for i, m in enumerate(messages)]
         if skip_text:
             raise BadRequest("chat needs the tokenizer; the server runs with --skip-tokenizer-init")
-        ids = tokenizer.encode(tokenizer.apply_chat_template(messages))
+        prompts = [await asyncio.to_thread(lambda: tokenizer.encode(tokenizer.apply_chat_template(messages)))]
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         base = {"id": rid, "created": int(time.time()), "model": front.model_name}
-        items = front.submit(ids, params, stream, rid)
+        choices = start_choices(prompts, n, params, stream, rid)
         if stream:
-            async def events():
-                first = True
-                async for item in items:
-                    delta = {"content": item["text"] or ""}
-                    if first:
-                        delta["role"], first = "assistant", False
-                    yield {**base, "object": "chat.completion.chunk",
-                           "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason(item)}]}
-            return sse(events(), items)
-        item = await final_item(items)
-        return JSONResponse({**base, "object": "chat.completion",
-                             "choices": [{"index": 0, "message": {"role": "assistant", "content": item["text"]},
-                                          "finish_reason": finish_reason(item)}],
-                             "usage": usage(item)})
+            def chunk(index, item, first):
+                delta = {"content": item["text"] or ""}
+                if first:
+                    delta["role"] = "assistant"
+                return {"index": index, "delta": delta, "finish_reason": finish_reason(item)}
+            return openai_stream(choices, chunk, {**base, "object": "chat.completion.chunk"},
+                                 usage_wanted, prompts, n)
+        finals = await unless_disconnected(request, choices.finals())
+        return JSONResponse({**base, "object": "chat.completion", "choices": [
+            {"index": i, "message": {"role": "assistant", "content": item["text"]},
+             "finish_reason": finish_reason(item)} for i, item in enumerate(finals)],
+            "usage": total_usage(finals, prompts * n)})
+
+    def model_card() -> dict:
+        return {"id": front.model_name, "object": "model", "created": 0, "owned_by": "accord",
+                "max_model_len": front.context_length}
 
     async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": front.model_name, "object": "model",
-                                                         "owned_by": "accord"}]})
+        return JSONResponse({"object": "list", "data": [model_card()]})
+
+    async def model(request: Request) -> Response:
+        check_model({"model": request.path_params["model"]})
+        return JSONResponse(model_card())
+
+    async def tokenize(request: Request) -> Response:
+        body = await read_json(request)
+        if skip_text:
+            raise BadRequest("the server runs with --skip-tokenizer-init: no tokenizer")
+        if "messages" in body:
+            messages = [{"role": m.get("role"), "content": text_content(m.get("content"), i)}
+                        for i, m in enumerate(body["messages"] or [])]
+            text = tokenizer.apply_chat_template(messages)
+        else:
+            text = body.get("prompt", body.get("text"))
+        if not isinstance(text, str):
+            raise BadRequest("prompt (a string) or messages is required")
+        add_special = body.get("add_special_tokens", True)
+        ids = await asyncio.to_thread(tokenizer.encode, text, bool(add_special))
+        return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": front.context_length})
+
+    async def detokenize(request: Request) -> Response:
+        body = await read_json(request)
+        ids = body.get("tokens")
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise BadRequest("tokens must be a list of integer token ids")
+        return JSONResponse({"prompt": tokenizer.decode(ids)})
+
+    async def model_info(request: Request) -> Response:
+        return JSONResponse({"model_path": front.settings.model_path, "served_model_name": front.model_name,
+                             "is_generation": True, "context_length": front.context_length,
+                             "vocab_size": tokenizer.vocab_size})
 
     async def health(request: Request) -> Response:
         if front.ready:
             return JSONResponse({"status": "ok"})
         return JSONResponse({"status": "starting"}, status_code=503)
 
+    async def health_generate(request: Request) -> Response:
+        """Healthy only if a real one-token generation comes back through every process."""
+        if not front.ready:
+            return JSONResponse({"status": "starting"}, status_code=503)
+        seed = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else 0
+        params = SamplingParams(max_new_tokens=1, temperature=0.0, ignore_eos=True)
+        try:
+            await asyncio.wait_for(final_item(front.submit([seed], params, False, f"health-{uuid.uuid4().hex}")),
+                                   HEALTH_GENERATE_TIMEOUT_S)
+        except (asyncio.TimeoutError, BadRequest) as err:
+            return error_response(f"the health generation failed: {err or 'timed out'}", 503)
+        return JSONResponse({"status": "ok"})
+
+    async def metrics(request: Request) -> Response:
+        if front.metrics is None:
+            raise BadRequest("metrics are off; start the server with --enable-metrics", 404)
+        return Response(front.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def flush_cache(request: Request) -> Response:
+        for outbox in front._outboxes:
+            await outbox.send(pack({"type": "flush_cache"}))
+        return JSONResponse({"status": "ok", "message": "cached prefixes not in use are released"})
+
     async def server_info(request: Request) -> Response:
-        info = front.config.to_dict()
+        info = redacted(front.config.to_dict())
         info["runtime"] = {f"dp{d}": front.runtime[d] for d in sorted(front.runtime)}
         return JSONResponse(info)
 
-    def guarded(handler, public: bool = False):
+    admin_key = front.config.values.get("admin_api_key")
+
+    def guarded(handler, public: bool = False, admin: bool = False):
+        """API-key check (constant time); admin routes take --admin-api-key when one is set."""
         async def endpoint(request: Request) -> Response:
-            key = front.settings.api_key
-            if key and not public and request.headers.get("authorization") != f"Bearer {key}":
-                return error_response("missing or wrong API key (Authorization: Bearer ...)", 401)
+            key = admin_key if admin and admin_key else front.settings.api_key
+            given = request.headers.get("authorization", "").encode()
+            if key and not public and not hmac.compare_digest(given, f"Bearer {key}".encode()):
+                which = "admin API key" if admin and admin_key else "API key"
+                return error_response(f"missing or wrong {which} (Authorization: Bearer ...)", 401)
             try:
                 return await handler(request)
             except BadRequest as err:
@@ -340,10 +625,24 @@ def build_app(front: FrontEnd) -> Starlette:
         Route("/v1/completions", guarded(completions), methods=["POST"]),
         Route("/v1/chat/completions", guarded(chat_completions), methods=["POST"]),
         Route("/v1/models", guarded(models), methods=["GET"]),
+        Route("/v1/models/{model:path}", guarded(model), methods=["GET"]),
+        Route("/tokenize", guarded(tokenize), methods=["POST"]),
+        Route("/detokenize", guarded(detokenize), methods=["POST"]),
+        Route("/get_model_info", guarded(model_info), methods=["GET"]),
+        Route("/metrics", guarded(metrics, public=True), methods=["GET"]),
         Route("/health", guarded(health, public=True), methods=["GET"]),
-        Route("/server_info", guarded(server_info), methods=["GET"]),
+        Route("/health_generate", guarded(health_generate, public=True), methods=["GET"]),
+        Route("/server_info", guarded(server_info, admin=True), methods=["GET"]),
+        Route("/flush_cache", guarded(flush_cache, admin=True), methods=["POST"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        return error_response(exc.detail or "error", exc.status_code)
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        return error_response(f"internal server error: {type(exc).__name__}", 500)
+
+    return Starlette(routes=routes, lifespan=lifespan,
+                     exception_handlers={HTTPException: http_error, Exception: server_error})
 
 
 class _Server(uvicorn.Server):
@@ -368,8 +667,11 @@ def run_http(config_data: dict, endpoints: Endpoints) -> None:
         serving = asyncio.create_task(server.serve())
         while not server.started:
             if serving.done():
-                serving.result()
-                raise RuntimeError(f"the HTTP server could not start on {settings.host}:{settings.port}")
+                with contextlib.suppress(SystemExit, OSError):  # uvicorn exits on a bind failure
+                    serving.result()
+                # Usually another process took the port after resolution checked it: bad usage (2).
+                raise UsageError(f"the HTTP server could not listen on {settings.host}:{settings.port} "
+                                 "(is another process using that port?); pick a free --port")
             await asyncio.sleep(0.01)
         report_ready()
         # Either task ending ends the process; a failure of either is this process's error.

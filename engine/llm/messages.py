@@ -5,9 +5,10 @@ plain data. Every message is a map with a "type" key:
 
     front end -> scheduler   {"type": "generate", "rid", "input_ids", "sampling", "stream"}
                              {"type": "abort", "rid"}
+                             {"type": "flush_cache"}
     scheduler -> detokenizer {"type": "outputs", "items": [{"rid", "ids", "finished",
                               "finish_reason", "prompt_tokens", "completion_tokens",
-                              "cached_tokens", "error"}]}
+                              "cached_tokens", "stop", "error"}]}
     detokenizer -> front end the same items, each with "text" (the new text) added
 """
 

@@ -79,6 +79,12 @@ class DecoderLayer:
         mlp = dict(dim=0, index=comm.tp_rank, parts=comm.tp_size)
         put = self._put
         self.qkv = put(torch.cat([source.get(p + f"self_attn.{n}_proj.weight", **attn) for n in "qkv"]))
+        self.qkv_bias = put(torch.cat([source.get(p + f"self_attn.{n}_proj.bias", **attn) for n in "qkv"])) \
+            if self.config.attention_bias else None
+        self.q_norm = self.k_norm = None
+        if self.config.qk_norm:  # Qwen3: one RMSNorm weight over head_dim, shared by every head
+            self.q_norm = put(source.get(p + "self_attn.q_norm.weight"))
+            self.k_norm = put(source.get(p + "self_attn.k_norm.weight"))
         self.o = put(source.get(p + "self_attn.o_proj.weight", dim=1, index=comm.attn_tp_rank,
                                 parts=comm.attn_tp_size))
         self.gate_up = put(torch.cat([source.get(p + f"mlp.{n}_proj.weight", **mlp) for n in ("gate", "up")]))
@@ -90,16 +96,20 @@ class DecoderLayer:
         return t.to(device=self.device, dtype=self.dtype)
 
     def tensors(self) -> list[torch.Tensor]:
-        return [self.qkv, self.o, self.gate_up, self.down, self.input_norm, self.post_norm]
+        extra = [t for t in (self.qkv_bias, self.q_norm, self.k_norm) if t is not None]
+        return [self.qkv, self.o, self.gate_up, self.down, self.input_norm, self.post_norm, *extra]
 
     def forward(self, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         c = self.config
         h = rms_norm(x, self.input_norm, c.rms_norm_eps, impl=ctx.impl)
-        qkv = F.linear(h, self.qkv)
+        qkv = F.linear(h, self.qkv, self.qkv_bias)
         q_size, kv_size = self.heads * c.head_dim, self.kv_heads * c.head_dim
         q = qkv[:, :q_size].reshape(-1, self.heads, c.head_dim)
         k = qkv[:, q_size:q_size + kv_size].reshape(-1, self.kv_heads, c.head_dim)
         v = qkv[:, q_size + kv_size:].reshape(-1, self.kv_heads, c.head_dim)
+        if self.q_norm is not None:
+            q = rms_norm(q.reshape(-1, c.head_dim), self.q_norm, c.rms_norm_eps, impl=ctx.impl).reshape(q.shape)
+            k = rms_norm(k.reshape(-1, c.head_dim), self.k_norm, c.rms_norm_eps, impl=ctx.impl).reshape(k.shape)
         q = RotaryEmbedding.rotate(q, ctx.cos, ctx.sin)
         k = RotaryEmbedding.rotate(k, ctx.cos, ctx.sin)
         attn = ctx.attention.forward(q, k, v, ctx.pool, self.pool_index, ctx.batch)

@@ -13,9 +13,14 @@ from pathlib import Path
 
 from resolver.catalog import RULES_DIR
 from resolver.errors import UsageError
+from resolver.gguf_header import read_header
+from resolver.model_location import gguf_file, local_path
 
 BUILTIN_MODEL_DIR = RULES_DIR / "models" / "tiny-llama"
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM")
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+# Families whose attention projections carry biases (Qwen2) or whose q/k get a per-head RMSNorm (Qwen3).
+BIASED_ARCHITECTURES = ("Qwen2ForCausalLM",)
+QK_NORM_ARCHITECTURES = ("Qwen3ForCausalLM",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +40,9 @@ class ModelConfig:
     bos_token_id: int | None
     eos_token_ids: tuple[int, ...]
     dtype: str
+    attention_bias: bool = False
+    qk_norm: bool = False
+    gguf_path: str | None = None  # the GGUF file the weights and tokenizer come from, if any
 
     def check_parallel(self, tp_size: int, attn_tp_size: int, pp_size: int) -> None:
         """Refuse a split the model cannot take, naming the numbers involved."""
@@ -55,7 +63,7 @@ def model_dir(model_path: str | None) -> Path:
     """The folder holding config.json: the given path, or the built-in tiny Llama."""
     if model_path is None:
         return BUILTIN_MODEL_DIR
-    path = Path(model_path)
+    path = local_path(model_path)
     if not (path / "config.json").is_file():
         raise UsageError(f"--model-path {model_path!r} is not a local folder with a config.json; "
                          "Accord's engine loads local checkpoints only (no downloads).")
@@ -63,6 +71,9 @@ def model_dir(model_path: str | None) -> Path:
 
 
 def load_model_config(model_path: str | None) -> ModelConfig:
+    gguf = gguf_file(local_path(model_path)) if model_path is not None else None
+    if gguf is not None:
+        return gguf_model_config(gguf)
     path = model_dir(model_path) / "config.json"
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
@@ -85,11 +96,14 @@ def load_model_config(model_path: str | None) -> ModelConfig:
             vocab_size=int(raw["vocab_size"]),
             max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
             rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(raw.get("rope_theta", 10000.0)),
+            rope_theta=float(raw.get("rope_theta") or (raw.get("rope_parameters") or {}).get("rope_theta")
+                             or 10000.0),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             bos_token_id=raw.get("bos_token_id"),
             eos_token_ids=tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),)),
             dtype=str(raw.get("torch_dtype") or raw.get("dtype") or "float32"),
+            attention_bias=bool(raw.get("attention_bias", architecture in BIASED_ARCHITECTURES)),
+            qk_norm=architecture in QK_NORM_ARCHITECTURES,
         )
     except (KeyError, TypeError, ValueError) as err:
         raise UsageError(f"{path}: missing or malformed field {err}; a Llama config.json needs "
@@ -105,3 +119,37 @@ def context_length(requested: int | None, config: ModelConfig) -> int:
         raise UsageError(f"--context-length {requested} is longer than the model's "
                          f"max_position_embeddings ({config.max_position_embeddings}).")
     return requested
+
+
+def gguf_model_config(path: Path) -> ModelConfig:
+    """The architecture a GGUF file's metadata states (key names as in rules/models/gguf.yaml)."""
+    header = read_header(path)
+    arch_names = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+    arch = header.architecture
+    if arch not in arch_names:
+        raise UsageError(f"{path}: GGUF architecture {arch!r} is not served by Accord's engine; it serves "
+                         f"{', '.join(arch_names)}.")
+    meta, key = header.metadata, header.arch_key
+    try:
+        heads, hidden = int(key("attention.head_count")), int(key("embedding_length"))
+        vocab = key("vocab_size") or len(meta["tokenizer.ggml.tokens"])
+        eos = meta.get("tokenizer.ggml.eos_token_id")
+        return ModelConfig(
+            architecture=arch_names[arch], hidden_size=hidden,
+            intermediate_size=int(key("feed_forward_length")), num_layers=int(key("block_count")),
+            num_heads=heads, num_kv_heads=int(key("attention.head_count_kv") or heads),
+            head_dim=int(key("attention.key_length") or hidden // heads), vocab_size=int(vocab),
+            max_position_embeddings=int(key("context_length") or 2048),
+            rms_norm_eps=float(key("attention.layer_norm_rms_epsilon") or 1e-6),
+            rope_theta=float(key("rope.freq_base") or 10000.0),
+            tie_word_embeddings="output.weight" not in header.tensors,
+            bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
+            eos_token_ids=() if eos is None else (int(eos),),
+            dtype="float32",  # quantized blocks dequantize exactly into fp32 (see rules/models/gguf.yaml)
+            attention_bias="blk.0.attn_q.bias" in header.tensors,
+            qk_norm="blk.0.attn_q_norm.weight" in header.tensors,
+            gguf_path=str(path),
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise UsageError(f"{path}: the GGUF metadata lacks or garbles {err}; it needs the "
+                         f"{arch}.* head counts, sizes and block count.") from None

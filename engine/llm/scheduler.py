@@ -104,6 +104,13 @@ class Scheduler:
             self._add(message)
         elif message["type"] == "abort":
             self._abort(message["rid"])
+        elif message["type"] == "flush_cache":
+            self.flush_cache()
+
+    def flush_cache(self) -> None:
+        """Drop every cached prefix no running request holds (locked ones stay until released)."""
+        if self.cache is not None:
+            self.cache.evict(self.pool.num_pages)
 
     def _add(self, message: dict[str, Any]) -> None:
         rid, input_ids = message["rid"], list(message["input_ids"])
@@ -286,7 +293,7 @@ class Scheduler:
         self._outputs.append({"rid": req.rid, "ids": ids, "finished": finished,
                               "finish_reason": req.finish_reason, "prompt_tokens": len(req.input_ids),
                               "completion_tokens": len(req.output_ids), "cached_tokens": req.prefix_len,
-                              "error": None, "error_code": None})
+                              "stop": list(req.params.stop), "error": None, "error_code": None})
 
     def take_outputs(self) -> list[dict[str, Any]]:
         outputs, self._outputs = self._outputs, []

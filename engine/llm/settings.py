@@ -1,9 +1,12 @@
 """What the LLM engine reads from a resolved config, checked once, before any process starts.
 
-The resolver decides; the engine executes. So this module never invents a value: a setting the
-engine needs that is still None, or a choice the engine does not implement, is a UsageError naming
-the flag and what to pass instead. The parent process builds `EngineSettings` to fail fast, and
-every child rebuilds it from the same hash-checked config.
+The resolver decides; the engine executes. What the engine implements is data, the engine profile
+`rules/llm/engine.yaml`, which `accord serve` resolves with; this module holds no legality rule of
+its own. It only asserts that the config it is handed is one the profile allows: a choice the
+engine does not implement is an `UnsupportedConfig` (a bug in the profile, not a user error). A
+setting that is still None, or a fact the KV sizing needs, is a UsageError naming what to pass.
+The parent process builds `EngineSettings` to fail fast, and every child rebuilds it from the same
+hash-checked config.
 """
 
 from __future__ import annotations
@@ -20,10 +23,9 @@ LOAD_FORMATS = ("auto", "safetensors", "dummy")
 SCHEDULE_POLICIES = ("fcfs", "lpm")
 PLATFORMS = ("cpu", "cuda", "rocm")
 
-# Features this engine does not implement, with the values that mean "off". Serving with one of them
-# switched on would silently ignore a resolved decision, so it is refused instead.
+# Features this engine does not implement, with the values that mean "off" (the profile refuses them).
 NOT_IMPLEMENTED_UNLESS = {
-    "quantization": (None,),
+    "quantization": (None, "gguf"),  # GGUF weights are dequantized at load (engine/llm/weights.py)
     "speculative_algorithm": (None,),
     "enable_lora": (None, False),
     "tokenizer_worker_num": (1,),
@@ -31,6 +33,16 @@ NOT_IMPLEMENTED_UNLESS = {
     "enable_torch_compile": (False,),
     "enable_dp_lm_head": (False,),
 }
+
+
+class UnsupportedConfig(AssertionError):
+    """The resolved config asks for something the engine does not implement. `accord serve`
+    resolves with the engine profile, which refuses such values, so this is a bug to report."""
+
+    def __init__(self, what: str):
+        super().__init__(f"Accord bug: the resolved config has {what}, which the engine does not "
+                         "implement and the engine profile (rules/llm/engine.yaml) should have "
+                         "refused; please report it with the command line.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,9 +170,7 @@ class EngineSettings:
         _refuse_unimplemented(v)
         platform = facts.get("platform")
         if platform not in PLATFORMS:
-            raise UsageError(f"the engine runs on platforms {', '.join(PLATFORMS)}, but the config was "
-                             f"resolved for platform {platform!r}; resolve with --facts probe or a "
-                             "matching preset.")
+            raise UnsupportedConfig(f"platform {platform!r}")
         topology = _topology(v)
         mem_fraction = v.get("mem_fraction_static")
         max_total_tokens = v.get("max_total_tokens")
@@ -231,17 +241,14 @@ def _choice(values: Mapping[str, Any], name: str, supported: tuple[str, ...],
         return fallback
     value = _required(values, name)
     if value not in supported:
-        raise UsageError(f"{_flag(name)} {value!r} is not implemented by Accord's engine; it supports "
-                         f"{', '.join(supported)}. Pass {_flag(name)} {supported[0]} (or resolve for "
-                         "this machine with --facts probe).")
+        raise UnsupportedConfig(f"{_flag(name)} {value!r} (it implements {', '.join(supported)})")
     return value
 
 
 def _refuse_unimplemented(values: Mapping[str, Any]) -> None:
     for name, off in NOT_IMPLEMENTED_UNLESS.items():
         if values.get(name, off[0]) not in off:
-            raise UsageError(f"{_flag(name)} {values[name]!r} is a feature Accord's engine does not "
-                             f"implement; drop {_flag(name)} (or set it to {off[-1]!r}) to serve.")
+            raise UnsupportedConfig(f"{_flag(name)} {values[name]!r}")
 
 
 def _topology(v: Mapping[str, Any]) -> Topology:
@@ -249,23 +256,10 @@ def _topology(v: Mapping[str, Any]) -> Topology:
                         dp_size=_positive(v, "dp_size"),
                         dp_attention=bool(v.get("enable_dp_attention")),
                         nnodes=_positive(v, "nnodes"), node_rank=_required(v, "node_rank"))
-    if not 0 <= topology.node_rank < topology.nnodes:
-        raise UsageError(f"--node-rank {topology.node_rank} is outside 0..{topology.nnodes - 1} "
-                         f"for --nnodes {topology.nnodes}.")
-    if topology.dp_attention and topology.tp_size % topology.dp_size:
-        raise UsageError(f"--enable-dp-attention splits the TP group into dp_size attention groups: "
-                         f"--tp-size {topology.tp_size} must be a multiple of --dp-size "
-                         f"{topology.dp_size}.")
+    # The grid's legality (node rank, divisibility, multi-node DP) is the resolver's; only what this
+    # engine lacks is asserted here.
     if topology.dp_attention and topology.dp_size > 1 and topology.pp_size > 1:
-        raise UsageError("Accord's engine runs DP attention with a single pipeline stage; drop "
-                         "--pp-size or --enable-dp-attention.")
-    if topology.nnodes > 1 and topology.dp_size > 1 and not topology.dp_attention:
-        raise UsageError("data parallelism across several nodes needs --enable-dp-attention; "
-                         "without it run one server per node.")
-    total = topology.num_worlds * topology.world_size
-    if total % topology.nnodes:
-        raise UsageError(f"{total} scheduler ranks cannot be spread evenly over --nnodes "
-                         f"{topology.nnodes}.")
+        raise UnsupportedConfig("DP attention with several pipeline stages")
     return topology
 
 

@@ -86,10 +86,76 @@ class SafetensorsWeights:
         return tensor_slice[tuple(index_expr)]
 
 
+# HF tensor leaf -> GGUF tensor leaf (llama.cpp's names).
+_GGUF_LEAVES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+                "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+                "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+                "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm",
+                "post_attention_layernorm": "ffn_norm"}
+_GGUF_TOP = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
+
+
+def gguf_name(name: str) -> str:
+    """The GGUF tensor holding an HF-named tensor."""
+    if name in _GGUF_TOP:
+        return _GGUF_TOP[name]
+    _, _, index, rest = name.split(".", 3)
+    module, kind = rest.rsplit(".", 1)
+    return f"blk.{index}.{_GGUF_LEAVES[module]}.{kind}"
+
+
+class GGUFWeights:
+    """Tensors of a GGUF file, dequantized to fp32 with the `gguf` package, under their HF names.
+
+    The header comes from the pure-Python reader; the tensor bytes are memory-mapped. llama.cpp's
+    converter interleaves the rotary halves of Llama's q/k rows; they are put back in HF's
+    rotate-half order here, so the model's RoPE applies unchanged.
+    """
+
+    def __init__(self, path: str, config: ModelConfig):
+        import numpy as np
+
+        from resolver.gguf_header import read_header
+
+        self.header, self.config = read_header(path), config
+        self._data = np.memmap(path, dtype=np.uint8, mode="r")
+        self._permuted = self.header.architecture == "llama"
+
+    def has(self, name: str) -> bool:
+        return gguf_name(name) in self.header.tensors
+
+    def _full(self, name: str) -> torch.Tensor:
+        import numpy as np
+        from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, dequantize
+
+        if not self.has(name):
+            raise UsageError(f"the GGUF file has no tensor {gguf_name(name)!r} (for {name}).")
+        shape, kind, offset = self.header.tensors[gguf_name(name)]
+        qtype = GGMLQuantizationType(kind)
+        block, block_bytes = GGML_QUANT_SIZES[qtype]
+        count = int(np.prod(shape))
+        start = self.header.data_offset + offset
+        raw = self._data[start:start + count // block * block_bytes]
+        rows = count // shape[-1]
+        values = dequantize(np.asarray(raw).reshape(rows, -1), qtype).reshape(shape)
+        full = torch.from_numpy(np.array(values, dtype=np.float32))  # own, writable copy
+        c = self.config
+        if self._permuted and name.endswith(("q_proj.weight", "k_proj.weight")):
+            heads = c.num_heads if "q_proj" in name else c.num_kv_heads
+            full = full.reshape(heads, c.head_dim // 2, 2, -1).transpose(1, 2).reshape(full.shape)
+        return full
+
+    def get(self, name: str, dim: int | None = None, index: int = 0, parts: int = 1) -> torch.Tensor:
+        return _shard(self._full(name), dim, index, parts)
+
+
 def weight_source(model_path: str | None, load_format: str, config: ModelConfig, seed: int):
-    """'dummy' (and 'auto' without a model folder) -> seeded random; otherwise the safetensors."""
+    """'dummy' (and 'auto' without a model folder) -> seeded random; a GGUF file; else safetensors."""
     if load_format == "dummy" or (load_format == "auto" and model_path is None):
         return DummyWeights(config, seed)
+    if config.gguf_path is not None:
+        return GGUFWeights(config.gguf_path, config)
     if model_path is None:
         raise UsageError(f"--load-format {load_format} needs --model-path pointing at a local "
                          "checkpoint folder; the built-in model has dummy weights only.")

@@ -69,7 +69,6 @@ def print_config(config: ResolvedConfig, show_all: bool) -> None:
 def main(argv: list[str]) -> int:
     opts, parsed, facts = resolve_command(argv, "accord resolve")
     if opts.dry_run:
-        from resolver.dryrun import main_dry_run
         return main_dry_run(parsed, facts, opts)
     try:
         config = resolve(parsed.system, parsed.values, facts, parsed.sources, relax=opts.relax,
@@ -80,4 +79,20 @@ def main(argv: list[str]) -> int:
         print(config.to_json())
     else:
         print_config(config, opts.all)
+    return 0
+
+
+def main_dry_run(parsed, facts, opts) -> int:
+    """`accord resolve --dry-run`: the dry-run table (or JSON), or the conflict of the command itself."""
+    from resolver.dryrun import dry_run, render
+
+    try:
+        config, choices = dry_run(parsed.system, parsed.values, facts, opts.only)
+    except ConflictError as err:
+        return print_conflict(err, opts.json)
+    if opts.json:
+        print(json.dumps({"system": config.system, "hash": config.hash,
+                          "choices": [c.to_dict() for c in choices]}, indent=2, sort_keys=True))
+    else:
+        print(render(choices))
     return 0

@@ -1,22 +1,61 @@
-"""`accord serve`: resolve first, then start the engine the configuration describes.
+"""`accord serve`: resolve for Accord's own engine, then start the processes the configuration describes.
 
-A conflict is explained and nothing starts (exit 3). The engine (torch, zmq) is imported only
-after a successful resolve, so a bad command fails fast.
+Serve resolves with the fact `engine = accord`, which switches on the engine profile
+(`rules/<system>/engine.yaml`): unset choices resolve to what the engine implements, and an
+explicit value it cannot honour is a conflict with fixes, before anything starts. `accord resolve`
+leaves the fact out and so describes an upstream SGLang launch.
+
+`--print-config [--json]` resolves exactly as serve would, prints the frozen configuration and
+starts nothing; its exit codes are resolve's (0, 2 bad usage, 3 conflict). A conflict is explained
+and nothing starts (exit 3). The engine (torch, zmq) is imported only after a successful resolve,
+so a bad command fails fast.
 """
 
 from __future__ import annotations
 
+import argparse
+
 from resolver.api import ConflictError, resolve
-from resolver.commands.resolve import print_conflict, resolve_command
+from resolver.commands import resolve as resolve_cmd
+from resolver.errors import UsageError
+from resolver.facts import load_facts
+from resolver.flagparse import parse_flags
+
+ENGINE_FACTS = {"engine": "accord"}
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    resolve_cmd.add_options(parser)
+    parser.add_argument("--print-config", action="store_true",
+                        help="resolve as serve would, print the configuration, start nothing")
+
+
+def serve_facts(opts: argparse.Namespace, model_path: str | None, system: str) -> dict:
+    """The facts serve resolves against: the machine's (or the preset's) plus the engine fact."""
+    facts = load_facts(opts.facts, opts.fact, model_path=model_path, system=system)
+    return dict(sorted({**facts, **ENGINE_FACTS}.items()))
 
 
 def main(argv: list[str]) -> int:
-    opts, parsed, facts = resolve_command(argv, "accord serve")
+    opts, parsed = parse_flags(argv, add_options=add_options, prog="accord serve")
+    if opts.all and not opts.print_config:
+        raise UsageError("--all chooses which flags --print-config shows; add --print-config "
+                         "(or drop --all) to serve.")
+    facts = serve_facts(opts, parsed.values.get("model_path"), parsed.system)
+    if opts.dry_run:
+        from resolver.dryrun import main_dry_run
+        return main_dry_run(parsed, facts, opts)
     try:
         config = resolve(parsed.system, parsed.values, facts, parsed.sources, relax=opts.relax,
                          warnings=parsed.warnings)
     except ConflictError as err:
-        return print_conflict(err, opts.json)
+        return resolve_cmd.print_conflict(err, opts.json)
+    if opts.print_config:
+        if opts.json:
+            print(config.to_json())
+        else:
+            resolve_cmd.print_config(config, opts.all)
+        return 0
     for line in config.warnings:
         print(f"accord serve: warning: {line}", flush=True)
     if config.system == "diffusion":

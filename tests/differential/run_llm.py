@@ -1,0 +1,62 @@
+"""Build the LLM differential fixture: generate cases, let upstream (the oracle) answer them, keep
+the answers trimmed to what the scorer reads.
+
+Why a fixture: the oracle needs the sglang wheel and about a minute; the test suite needs neither.
+The fixture is data generated here (commands and upstream's answers), replayed by
+tests/test_differential_llm.py against the current rules.
+
+usage: python -m tests.differential.run_llm [--seed N] [--random N] [--oracle PATH] [FIXTURE]
+(default FIXTURE: tests/differential/fixtures/llm_oracle.json)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+from tests.differential import gen_llm
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_FIXTURE = HERE / "fixtures" / "llm_oracle.json"
+DEFAULT_ORACLE = "/work/shared/oracle/run"
+KEEP = ("status", "resolved", "decided_by", "error_type", "error", "raised_at")
+
+
+def _trim(answer: dict) -> dict:
+    out = {k: answer[k] for k in KEEP if k in answer}
+    if "resolved" in out:  # the full graph config repeats the capture lists: the scorer reads the parts
+        out["resolved"] = {k: v for k, v in out["resolved"].items() if k != "cuda_graph_config"}
+    if "error" in out:
+        out["error"] = str(out["error"])[:400]
+    return out
+
+
+def run_oracle(cases: list[dict], oracle: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        cases_path, out_path = Path(tmp) / "cases.json", Path(tmp) / "out.json"
+        cases_path.write_text(json.dumps(cases))
+        subprocess.run([oracle, "llm", str(cases_path), str(out_path)], check=True)
+        return json.loads(out_path.read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=12)
+    parser.add_argument("--random", type=int, default=400)
+    parser.add_argument("--oracle", default=DEFAULT_ORACLE)
+    parser.add_argument("fixture", nargs="?", default=str(DEFAULT_FIXTURE))
+    opts = parser.parse_args(argv)
+    cases = gen_llm.hand_cases() + gen_llm.random_cases(opts.random, opts.seed)
+    answers = run_oracle(cases, opts.oracle)
+    fixture = {"generator": {"seed": opts.seed, "random": opts.random, "sglang": "0.5.23"},
+               "cases": cases, "oracle": {cid: _trim(a) for cid, a in sorted(answers.items())}}
+    Path(opts.fixture).write_text(json.dumps(fixture, indent=1, sort_keys=True) + "\n")
+    print(f"{len(cases)} cases -> {opts.fixture}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

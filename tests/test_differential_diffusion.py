@@ -1,0 +1,70 @@
+"""Differential test: Accord against upstream SGLang 0.5.23 on random diffusion launches.
+
+The fixture holds upstream's own resolution of seeded random commands (six published diffusion
+models, the CUDA fact presets, one to five high-impact flags each), recorded with the oracle
+(`python -m tests.differential.diffusion_score oracle ...`); replaying it needs no sglang. Each
+case is resolved by Accord here and compared on accept/reject and the fields seed 004 defines
+(tests/differential/diffusion_score.py). Every disagreement must be listed, with its reason, in
+tests/differential/diffusion_disagreements.yaml, and the table must match exactly, so a
+regression and an unnoticed improvement both fail.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.differential.diffusion_score import load_table, score
+
+HERE = Path(__file__).resolve().parent / "differential"
+FIXTURE = json.loads((HERE / "fixtures" / "diffusion_oracle.json").read_text())
+TABLE = load_table(HERE / "diffusion_disagreements.yaml")
+PARALLEL_FIELDS = {"enable_cfg_parallel", "cfg_parallel_degree", "sp_degree", "ulysses_degree", "ring_degree"}
+REASONS = {"seed wins", "upstream bug", "launch-time truth", "open"}
+
+
+@pytest.fixture(scope="module")
+def scored():
+    return score(FIXTURE)
+
+
+def test_fixture_has_at_least_150_upstream_answers():
+    assert len(FIXTURE) >= 150
+    assert len({case["id"] for case in FIXTURE}) == len(FIXTURE)
+    assert all(case["oracle"]["status"] in ("ok", "error") for case in FIXTURE)
+
+
+def test_every_disagreement_is_listed_with_its_fields(scored):
+    differ, _ = scored
+    listed = {case_id: row["fields"] for case_id, row in TABLE.items()}
+    assert differ == listed
+
+
+def test_every_listed_disagreement_has_a_reason():
+    for case_id, row in TABLE.items():
+        assert row["reason"] in REASONS, case_id
+        assert row.get("note"), case_id
+
+
+def test_at_least_80_percent_agree_today(scored):
+    # Measured 205 of 240 (85.4%) when the table was written; the issue's goal is 95%.
+    differ, _ = scored
+    assert (len(FIXTURE) - len(differ)) / len(FIXTURE) >= 0.85
+
+
+def test_cfg_parallel_is_automatic_for_guidance_models_only(scored):
+    """Seed L1009-1048: two GPUs or more and no parallel flag turn CFG parallel on for Qwen-Image
+    and Wan (default guidance), never for FLUX or Z-Image-Turbo; the rest of the GPUs go to SP."""
+    differ, _ = scored
+    checked = 0
+    for case in FIXTURE:
+        argv, oracle = case["argv"], case["oracle"]
+        plain = not any(a.startswith(("--sp", "--ulysses", "--ring", "--cfg", "--enable-cfg", "--performance"))
+                        for a in argv)
+        if oracle["status"] == "ok" and plain and oracle["resolved"]["num_gpus"] >= 2 \
+                and differ.get(case["id"]) != ["status"]:
+            assert not PARALLEL_FIELDS & set(differ.get(case["id"], ())), case["id"]
+            checked += 1
+    assert checked >= 10

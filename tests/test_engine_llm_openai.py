@@ -1,0 +1,187 @@
+"""engine.llm.http_server through the official `openai` client: the calls real clients make succeed,
+and what the engine does not implement is a 400 naming the field, never silently ignored.
+
+One tp=1 server for the whole module; every test is a few short generations.
+"""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from tests.test_engine_llm_server import API_KEY, AUTH, Server, alive, server_config
+
+MODEL = "tiny-test"
+ADMIN_KEY = "admin-test-key"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = Server(server_config(api_key=API_KEY, served_model_name=MODEL, enable_metrics=True,
+                                     admin_api_key=ADMIN_KEY), tmp_path_factory.mktemp("llm-openai"))
+    yield srv
+    assert srv.stop() == 0
+    assert [p for p in srv.pids.values() if alive(p)] == []
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0, timeout=120) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    with httpx.Client(base_url=server.url, headers=AUTH, timeout=120) as c:
+        yield c
+
+
+GREEDY = {"temperature": 0, "max_tokens": 8, "extra_body": {"ignore_eos": True}}
+
+
+def test_models_list_and_lookup_by_id(client):
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    assert client.models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("no-such-model")
+
+
+def test_unknown_model_is_a_404_like_vllm(client):
+    with pytest.raises(openai.NotFoundError, match="no-such-model"):
+        client.completions.create(model="no-such-model", prompt="hi", **GREEDY)
+
+
+def test_n_choices_and_list_prompts_each_get_an_indexed_choice(client):
+    single = client.completions.create(model=MODEL, prompt="abc", **GREEDY).choices[0].text
+    out = client.completions.create(model=MODEL, prompt=["abc", [256, 120, 121]], n=2, **GREEDY)
+    assert [c.index for c in out.choices] == [0, 1, 2, 3]
+    assert out.choices[0].text == out.choices[1].text == single, "greedy: every candidate is the same"
+    assert out.usage.completion_tokens == 4 * 8
+
+
+def test_chat_text_content_parts_equal_a_plain_string(client):
+    plain = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi there"}],
+                                           **GREEDY)
+    parts = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": [
+        {"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]}], **GREEDY)
+    assert parts.choices[0].message.content == plain.choices[0].message.content
+
+
+def test_chat_image_part_is_a_400_naming_it(client):
+    with pytest.raises(openai.BadRequestError, match="image_url"):
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:,"}}]}], **GREEDY)
+
+
+def test_streamed_chat_with_usage_matches_the_plain_one(client):
+    messages = [{"role": "user", "content": "stream me"}]
+    plain = client.chat.completions.create(model=MODEL, messages=messages, n=2, **GREEDY)
+    chunks = list(client.chat.completions.create(model=MODEL, messages=messages, n=2, stream=True,
+                                                 stream_options={"include_usage": True}, **GREEDY))
+    for index in (0, 1):
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].index == index)
+        assert text == plain.choices[index].message.content
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == plain.usage.completion_tokens
+
+
+def test_streamed_text_equals_plain_text_when_a_stop_string_matches(client):
+    plain = client.completions.create(model=MODEL, prompt="stop test", **{**GREEDY, "max_tokens": 12})
+    text = plain.choices[0].text
+    if len(text) < 4:
+        pytest.skip("the greedy continuation is too short to pick a stop string from")
+    stop = text[2:4]
+    cut = client.completions.create(model=MODEL, prompt="stop test", stop=[stop], **{**GREEDY, "max_tokens": 12})
+    streamed = client.completions.create(model=MODEL, prompt="stop test", stop=[stop], stream=True,
+                                         **{**GREEDY, "max_tokens": 12})
+    assert "".join(c.choices[0].text for c in streamed) == cut.choices[0].text == text[:text.find(stop)]
+
+
+def test_stop_token_ids_end_the_completion_at_that_token(client, http):
+    ids = http.post("/generate", json={"text": "tok", "sampling_params": {
+        "max_new_tokens": 6, "temperature": 0, "ignore_eos": True}}).json()["output_ids"]
+    out = client.completions.create(model=MODEL, prompt="tok", **{**GREEDY, "max_tokens": 6,
+                                    "extra_body": {"ignore_eos": True, "stop_token_ids": [ids[2]]}})
+    assert out.choices[0].finish_reason == "stop"
+    assert out.usage.completion_tokens == ids.index(ids[2]) + 1
+
+
+@pytest.mark.parametrize("extra,field", [
+    ({"logit_bias": {"65": 5}}, "logit_bias"),
+    ({"presence_penalty": 0.5}, "presence_penalty"),
+    ({"frequency_penalty": 0.5}, "frequency_penalty"),
+    ({"logprobs": 2}, "logprobs"),
+    ({"echo": True}, "echo"),
+    ({"extra_body": {"repetition_penalty": 1.2, "ignore_eos": True}}, "repetition_penalty"),
+    ({"extra_body": {"min_tokens": 3}}, "min_tokens"),
+])
+def test_unimplemented_completion_fields_are_a_400_naming_them(client, extra, field):
+    with pytest.raises(openai.BadRequestError, match=field):
+        client.completions.create(model=MODEL, prompt="x", **{**GREEDY, **extra})
+
+
+@pytest.mark.parametrize("extra,field", [
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {}}}}, "response_format"),
+])
+def test_tools_and_json_schema_are_a_400_naming_the_field(client, extra, field):
+    with pytest.raises(openai.BadRequestError, match=field):
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}],
+                                       **{**GREEDY, **extra})
+
+
+def test_tokenize_and_detokenize_round_trip(http):
+    tokens = http.post("/tokenize", json={"prompt": "héllo"}).json()
+    assert tokens["count"] == len(tokens["tokens"])
+    assert http.post("/detokenize", json={"tokens": tokens["tokens"]}).json()["prompt"] == "héllo"
+    assert http.get("/get_model_info").json()["served_model_name"] == MODEL
+
+
+def test_admin_routes_take_the_admin_key_and_server_info_shows_no_key(http):
+    assert http.get("/server_info").status_code == 401, "the plain API key is not an admin key"
+    assert http.post("/flush_cache").status_code == 401
+    response = http.get("/server_info", headers=ADMIN)
+    assert response.status_code == 200
+    assert API_KEY not in response.text and ADMIN_KEY not in response.text and "<redacted>" in response.text
+
+
+def test_wrong_key_is_a_401_and_unknown_routes_are_json(server, http):
+    assert httpx.get(f"{server.url}/v1/models", headers={"Authorization": "Bearer nope"}).status_code == 401
+    missing = http.get("/no/such/route")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == 404
+    wrong_method = http.get("/v1/completions")
+    assert wrong_method.status_code == 405 and wrong_method.json()["error"]["code"] == 405
+
+
+def test_health_generate_runs_a_real_generation(server):
+    response = httpx.get(f"{server.url}/health_generate", timeout=60)
+    assert response.status_code == 200 and response.json() == {"status": "ok"}
+
+
+def test_a_body_over_the_limit_is_a_413(http):
+    from engine.llm.http_server import MAX_BODY_BYTES
+    response = http.post("/generate", content=b" " * (MAX_BODY_BYTES + 1),
+                         headers={"content-type": "application/json"})
+    assert response.status_code == 413 and "limit" in response.json()["error"]["message"]
+
+
+
+def test_metrics_count_requests_and_tokens_in_prometheus_format(client, server):
+    client.completions.create(model=MODEL, prompt="count me", **GREEDY)
+    text = httpx.get(f"{server.url}/metrics", timeout=30).text
+    samples = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+               if line and not line.startswith("#")}
+    assert samples[f'accord_requests_total{{model_name="{MODEL}",outcome="finished"}}'] >= 1
+    assert samples[f'accord_generation_tokens_total{{model_name="{MODEL}"}}'] >= 8
+    assert samples[f'accord_time_to_first_token_seconds_count{{model_name="{MODEL}"}}'] >= 1
+    assert f'accord_num_requests_running{{model_name="{MODEL}"}}' in samples
+
+
+def test_flush_cache_makes_the_next_request_recompute_its_prefix(http):
+    body = {"text": "a prefix long enough to fill one KV page at least", "sampling_params": {
+        "max_new_tokens": 2, "temperature": 0, "ignore_eos": True}}
+    http.post("/generate", json=body)
+    assert http.post("/generate", json=body).json()["meta_info"]["cached_tokens"] >= 16
+    assert http.post("/flush_cache", headers=ADMIN).status_code == 200
+    assert http.post("/generate", json=body).json()["meta_info"]["cached_tokens"] == 0

