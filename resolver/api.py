@@ -82,6 +82,19 @@ def _apply_best_fixes(plan: Plan, user: dict[str, Any], conflicts: list[Conflict
     return user
 
 
+def _reported(flag, user: Mapping[str, Any]) -> bool:
+    """Whether a flag belongs in the resolved values.
+
+    A retired flag (ignored or removed upstream) never does anything, and a deprecated one the user
+    did not type only mirrors its replacement, so neither is reported: the values then feed back
+    through `--config` without reviving old spellings, and give the same values and hash.
+    """
+    deprecated = flag.deprecated or {}
+    if deprecated.get("ignored") or deprecated.get("removed"):
+        return False
+    return not deprecated or flag.name in user
+
+
 def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any],
             sources: Mapping[str, str] | None = None, relax: bool = False,
             warnings: tuple[str, ...] | list[str] = ()) -> ResolvedConfig:
@@ -104,7 +117,8 @@ def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any
         raise ConflictError(plan, user, facts, find_conflicts(plan, user, facts))
 
     provenance: dict[str, dict] = {}
-    for name in plan.names:
+    shown = [name for name in plan.names if _reported(plan.catalog[name], user)]
+    for name in shown:
         if name in relaxed:
             provenance[name] = relaxed[name]
         elif name in user:
@@ -122,4 +136,5 @@ def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any
                 notes.append(f"[{rule.id}] {rule.message}")
         except UnknownFact:  # an unknown fact silences a warning rather than guessing
             continue
-    return ResolvedConfig(system, facts, outcome.values, provenance, notes)
+    values = {name: outcome.values[name] for name in shown}
+    return ResolvedConfig(system, facts, values, provenance, notes)

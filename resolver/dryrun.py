@@ -29,6 +29,7 @@ from resolver.api import plan_for, resolve
 from resolver.catalog import RULES_DIR
 from resolver.errors import UsageError
 from resolver.frozen import ResolvedConfig
+from resolver.layout import terminal_width, wrap_hanging
 from resolver.pinning import Pinning
 from resolver.report import describe_value
 from resolver.solve import Plan
@@ -178,15 +179,22 @@ def dry_run(system: str, user: Mapping[str, Any], facts: Mapping[str, Any],
     return config, choices
 
 
-def render(choices: list[Choice]) -> str:
-    """A readable table: the chosen value and its source, the legal values, each exclusion's rules."""
+def render(choices: list[Choice], columns: int | None = None) -> str:
+    """A readable table: the chosen value and its source, the legal values, each exclusion's rules;
+    wrapped to `columns` (default: the terminal's width)."""
+    columns = columns or terminal_width()
     lines = []
     width = max((len(describe_value(v)) for c in choices for v, _ in c.excluded), default=0)
+    width = min(width, columns // 3)
     for choice in choices:
-        lines.append(f"{choice.flag} = {describe_value(choice.chosen)}   ({choice.source})")
-        lines.append(f"  legal     {', '.join(describe_value(v) for v in choice.legal) or '(none)'}")
+        lines.extend(wrap_hanging("", f"{choice.flag} = {describe_value(choice.chosen)}   ({choice.source})", columns))
+        lines.extend(wrap_hanging("  legal     ", ", ".join(describe_value(v) for v in choice.legal) or "(none)",
+                                  columns))
         for value, rules in choice.excluded:
-            first, *rest = [f"{rid}: {reason}" for rid, reason in rules]
-            lines.append(f"  excluded  {describe_value(value):<{width}}  {first}")
-            lines.extend(f"            {'':<{width}}  {more}" for more in rest)
+            head = f"  excluded  {describe_value(value):<{width}}  "
+            if len(head) > 12 + width + 2:  # a value wider than the column: the rules go below it
+                lines.append(head.rstrip())
+                head = " " * (12 + width + 2)
+            for i, (rid, reason) in enumerate(rules):
+                lines.extend(wrap_hanging(head if i == 0 else " " * len(head), f"{rid}: {reason}", columns))
     return "\n".join(lines)

@@ -27,7 +27,7 @@ from typing import Any, Callable
 from resolver.catalog import SYSTEMS, Catalog, DeprecatedSpelling, Flag, load_catalog
 from resolver.configfile import read_config
 from resolver.errors import UsageError
-from resolver.flagvalues import BadValue, convert_data, convert_text, describe_expected, usage_error
+from resolver.flagvalues import BadValue, convert_data, convert_text, describe_expected, takes_mapping, usage_error
 
 AddOptions = Callable[[argparse.ArgumentParser], None]
 
@@ -98,16 +98,32 @@ def _option_value(argv: list[str], names: tuple[str, ...]) -> str | None:
 
 
 def detect_system(argv: list[str]) -> str:
-    """`--system` when given; else diffusion for a local model folder with model_index.json; else llm."""
+    """`--system` when given; else diffusion for a local model folder with model_index.json (on the
+    command line, else in the `--config` file, so saved `resolve --json` values feed back alone); else llm."""
     given = _option_value(argv, ("--system",))
     if given is not None:
         if given not in SYSTEMS:
             raise UsageError(f"unknown system {given!r} for --system; use one of: {', '.join(SYSTEMS)}.")
         return given
     model = _option_value(argv, ("--model-path", "--model"))
-    if model and os.path.isfile(os.path.join(os.path.expanduser(model), "model_index.json")):
+    config = _option_value(argv, ("--config",))
+    if model is None and config is not None:
+        model = _config_model_path(config)
+    if isinstance(model, str) and model and os.path.isfile(os.path.join(os.path.expanduser(model), "model_index.json")):
         return "diffusion"
     return "llm"
+
+
+def _config_model_path(path: str) -> str | None:
+    """The model path a config file sets, if any (its errors are reported when the file is read)."""
+    try:
+        entries = read_config(path)
+    except UsageError:
+        return None
+    for entry in entries:
+        if entry.key.lstrip("-").replace("-", "_") in ("model_path", "model"):
+            return entry.value if isinstance(entry.value, str) else None
+    return None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -391,10 +407,10 @@ def _read_config_values(path: str, catalog: Catalog,
         if found is None and key.replace("-", "_") in catalog:
             flag = catalog[key.replace("-", "_")]
             found = (flag, "current", None)
-        if isinstance(entry.value, dict) and (found is None or found[0].type != "json"):
+        if isinstance(entry.value, dict) and (found is None or not takes_mapping(found[0])):
             raise UsageError(
                 f"{where}: key {entry.key!r} holds a nested mapping; config files are flat, one flag per "
-                f"key (e.g. tp_size: 2), and only JSON-valued flags take a mapping."
+                f"key (e.g. tp_size: 2), and only JSON-valued or map-valued flags take a mapping."
             )
         if found is None:
             close = suggest("--" + key.replace("_", "-"), _known_spellings(catalog))
@@ -406,6 +422,8 @@ def _read_config_values(path: str, catalog: Catalog,
         flag, role, spelling = found
         if flag.meta:
             raise UsageError(f"{where}: key {entry.key!r} cannot be set inside a config file.")
+        if entry.value is None and not (flag.nullable and flag.default is not None):
+            continue  # null means unset, so `accord resolve --json` values feed back as they are
         value, notes = _config_value(flag, role, spelling, entry.key, entry.value, where,
                                      extra_choices.get(flag.name, ()))
         warnings.extend(f"{path}: {note}" for note in notes)
@@ -414,6 +432,8 @@ def _read_config_values(path: str, catalog: Catalog,
     return values, warnings
 
 
+# A null in a config file leaves the flag unset, except for a flag that can be null but is not by
+# default (diffusion's host and port): there null is a choice of its own that nothing else can express.
 def _config_value(flag: Flag, role: str, spelling: DeprecatedSpelling | None, key: str, raw: Any, where: str,
                   extra_choices: tuple[str, ...] = ()):
     """(value, warnings) for one config entry; the value is _UNSET when the entry sets nothing.

@@ -87,10 +87,11 @@ def convert_text(flag: Flag, text: str, extra_choices: tuple[str, ...] = ()) -> 
     """One command-line word for `flag` (one element, for list flags) -> (value, warnings).
 
     `extra_choices` are values the user declared with `--extend-choices` for a list that plugins
-    may extend; nothing else outside a choice list is accepted.
+    may extend; nothing else outside a choice list is accepted. An empty value is refused unless it
+    is the flag's own default (a text flag that is empty until set, such as a root path).
     """
     kind = _element_kind(flag)
-    if not text.strip() and kind not in ("bool", "json", "json_or_str"):
+    if not text.strip() and kind not in ("bool", "json", "json_or_str") and text != flag.default:
         raise BadValue(f"a non-empty value ({describe_expected(flag)})",
                        "Give a value, or leave the flag out to keep its default.")
     try:
@@ -140,7 +141,23 @@ def convert_data(flag: Flag, value: Any, extra_choices: tuple[str, ...] = ()) ->
         return converted, warnings
     if flag.type == "json":
         return convert_text(flag, value) if isinstance(value, str) else (value, [])
+    if isinstance(value, dict) and takes_mapping(flag):
+        return _component_map(flag, value), []
     return _convert_scalar_data(flag, value, extra_choices)
+
+
+def takes_mapping(flag: Flag) -> bool:
+    """JSON flags, and text flags whose seed default is a parsed map (diffusion's per-component
+    settings, `{}` until given): a config file may write either as a nested mapping."""
+    return flag.type == "json" or (flag.type == "str" and isinstance(flag.default, dict))
+
+
+def _component_map(flag: Flag, value: dict) -> dict:
+    """A map-valued text flag read as data: a flat mapping of names to text values."""
+    for key, item in value.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise BadValue(f"a mapping of names to text values (e.g. {{text_encoder: torch_sdpa}}) for {flag.primary}")
+    return dict(value)
 
 
 def _convert_scalar_data(flag: Flag, value: Any, extra_choices: tuple[str, ...] = ()) -> tuple[Any, list[str]]:

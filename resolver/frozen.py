@@ -45,7 +45,8 @@ def _thaw(value: Any) -> Any:
 class ResolvedConfig:
     """An immutable resolved configuration.
 
-    `values` maps every flag name of the system to its resolved value; `provenance` maps each flag
+    `values` maps every flag name of the system to its resolved value (except retired flags and
+    deprecated ones the user did not type, which do nothing of their own); `provenance` maps each flag
     to `{"source": "user"|"config"|"env"|"default"|"rule"|"fact", "rule"?: id}`.
     """
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+from resolver import layout
 from resolver.catalog import Catalog
 
 
@@ -90,8 +91,8 @@ def names_read(rule, user: Mapping[str, Any], facts: Mapping[str, Any], value_of
 
 
 def value_table(values: Mapping[str, Any], provenance: Mapping[str, Mapping[str, Any]],
-                names: list[str]) -> str:
-    """Aligned `flag  value  source` rows."""
+                names: list[str], width: int | None = None) -> str:
+    """Aligned `flag  value  source` rows that fit `width` columns (default: the terminal's)."""
     rows = []
     for name in names:
         prov = provenance.get(name, {})
@@ -100,6 +101,5 @@ def value_table(values: Mapping[str, Any], provenance: Mapping[str, Mapping[str,
             source += f" {prov['rule']}"
         elif prov.get("via"):
             source += f" ({prov['via']})"
-        rows.append((name, describe_value(values[name]), source))
-    width = [max((len(r[i]) for r in rows), default=0) for i in range(2)]
-    return "\n".join(f"{a:<{width[0]}}  {b:<{width[1]}}  {c}".rstrip() for a, b, c in rows)
+        rows.append((name, values[name], describe_value(values[name]), source))
+    return layout.value_table(rows, width or layout.terminal_width())

@@ -22,8 +22,8 @@ CONFLICT_KEYS = {"flags", "rules", "facts", "message", "fixes"}
 def toy(tmp_path, monkeypatch):
     """The toy rules and toy presets behind every command."""
     plan = toy_plan(tmp_path)
-    for target in ("resolver.api.plan_for", "resolver.dryrun.plan_for", "resolver.matrix.plan_for", "resolver.commands.matrix.plan_for",
-                   "resolver.commands.why.plan_for"):
+    for target in ("resolver.api.plan_for", "resolver.dryrun.plan_for", "resolver.matrix.plan_for",
+                   "resolver.commands.matrix.plan_for"):
         monkeypatch.setattr(target, lambda system: plan)
 
     def facts(spec="probe", overrides=(), model_path=None, system="llm"):
@@ -178,3 +178,25 @@ def test_real_matrix_is_the_same_in_every_process():
         assert done.returncode == 0, done.stderr
         outputs.append(done.stdout)
     assert outputs[0] == outputs[1] and json.loads(outputs[0])["rows"]
+
+
+@pytest.mark.parametrize("words, flag", [
+    (["--page-size"], "page_size"), (["tp"], "tp_size"), (["--tp"], "tp_size"), (["tp-size"], "tp_size"),
+    (["page-size", "--tp"], "page_size"),
+])
+def test_why_accepts_any_spelling_of_the_flag(capsys, words, flag):
+    """Real rules: `why --page-size`, the short form `tp`, dashed spellings all name the flag."""
+    tail = ["2"] if words[-1] == "--tp" and len(words) > 1 else []
+    code, out, err = run(capsys, "why", *words, *tail, "--facts", "h100")
+    assert code == 0, err
+    assert out.startswith(f"{flag} = ")
+
+
+def test_why_help_prints_usage_and_exits_0(capsys):
+    code, out, _ = run(capsys, "why", "--help")
+    assert code == 0 and out.startswith("usage: accord why FLAG")
+
+
+def test_why_names_a_deprecated_flag_left_out_of_the_values(capsys):
+    code, out, _ = run(capsys, "why", "disable_cuda_graph", "--facts", "h100")
+    assert code == 0 and out.startswith("disable_cuda_graph: retired, or deprecated and not set")

@@ -62,3 +62,32 @@ def test_zsh_completes_enum_values_after_an_enum_flag():
                "words=(accord resolve --system diffusion --performance-mode ''); CURRENT=6; _accord\n")
     out = subprocess.run([ZSH, "-f"], input=program, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["manual", "auto", "speed", "memory"]
+
+
+@pytest.mark.skipif(BASH is None, reason="bash is not installed")
+@pytest.mark.parametrize("words, offered", [
+    (("accord", "resolve", "--facts", "h1"), ["h100"]),
+    (("accord", "why", "--facts", "b2"), ["b200"]),
+    (("accord", "matrix", "--facts", "h100,b2"), ["h100,b200"]),
+    (("accord", "matrix", "--axes", "attention_back"), ["attention_backend"]),
+    (("accord", "matrix", "--axes", "kv_cache_dtype,attention_back"), ["kv_cache_dtype,attention_backend"]),
+    (("accord", "matrix", "--values", "attention_back"), ["attention_backend="]),
+    (("accord", "matrix", "--strategy", ""), ["all", "pairwise", "3-wise"]),
+    (("accord", "matrix", "--format", "c"), ["csv"]),
+    (("accord", "matrix", "--ax"), ["--axes"]),
+    (("accord", "why", "page_si"), ["page_size"]),
+    (("accord", "why", "page_size", "tp_si"), ["tp_size"]),
+    (("accord", "why", "page_size", "--tp-s"), ["--tp-size"]),
+])
+def test_bash_completes_presets_matrix_and_why_arguments(words, offered):
+    assert _bash_complete(*words) == offered
+
+
+def test_matrix_options_and_choices_in_the_script_are_the_matrix_command_s():
+    from resolver import completion
+    from resolver.commands import matrix
+
+    actions = {a.option_strings[0]: a for a in matrix._parser()._actions if a.option_strings}
+    assert set(completion.MATRIX_OPTIONS) - {"--help"} <= set(actions)
+    assert tuple(actions["--strategy"].choices) == completion.MATRIX_STRATEGIES
+    assert tuple(actions["--format"].choices) == completion.MATRIX_FORMATS

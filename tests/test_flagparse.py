@@ -284,9 +284,9 @@ def test_config_keys_may_be_deprecated_or_negated_spellings(tmp_path):
     ("tp_size: 2\ntp_sise: 3\n", "line 2: unknown key 'tp_sise'; did you mean 'tp_size'? Keys are flag names such as "
                                  "tp_size or tp-size."),
     ("parallel:\n  tp_size: 2\n", "line 1: key 'parallel' holds a nested mapping; config files are flat, one flag per "
-                                  "key (e.g. tp_size: 2), and only JSON-valued flags take a mapping."),
+                                  "key (e.g. tp_size: 2), and only JSON-valued or map-valued flags take a mapping."),
     ("tp_size:\n  a: 1\n", "line 1: key 'tp_size' holds a nested mapping; config files are flat, one flag per key "
-                           "(e.g. tp_size: 2), and only JSON-valued flags take a mapping."),
+                           "(e.g. tp_size: 2), and only JSON-valued or map-valued flags take a mapping."),
     ("tp_size: two\n", "line 1: invalid value 'two' for tp_size: expected an integer."),
     ("enable_dp_attention: 1\n", "line 1: invalid value '1' for enable_dp_attention: expected true or false."),
     ("config: other.yaml\n", "line 1: key 'config' cannot be set inside a config file."),

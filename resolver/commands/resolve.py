@@ -17,6 +17,7 @@ from resolver.errors import EXIT_CONFLICT
 from resolver.facts import load_facts
 from resolver.flagparse import ParsedFlags, parse_flags
 from resolver.frozen import ResolvedConfig
+from resolver.layout import terminal_width, wrap_hanging
 from resolver.model_facts import model_path_warning
 from resolver.report import value_table
 
@@ -56,11 +57,13 @@ def print_conflict(err: ConflictError, as_json: bool) -> int:
 def print_config(config: ResolvedConfig, show_all: bool) -> None:
     names = [n for n in config.values
              if show_all or config.provenance[n]["source"] != "default"]
-    print(f"# {config.system} configuration {config.hash[:16]} "
-          f"({len(names)} of {len(config.values)} flags shown{'' if show_all else '; --all for every flag'})")
-    print(value_table(config.values, config.provenance, names))
-    for line in config.warnings:
-        print(f"warning: {line}")
+    width = terminal_width()
+    head = (f"{config.system} configuration {config.hash[:16]} "
+            f"({len(names)} of {len(config.values)} flags shown{'' if show_all else '; --all for every flag'})")
+    print("\n".join(wrap_hanging("# ", head, width)))
+    print(value_table(config.values, config.provenance, names, width))
+    for line in config.warnings:  # on stderr, so the table can be piped or saved on its own
+        print("\n".join(wrap_hanging("warning: ", line, width)), file=sys.stderr)
 
 
 def main(argv: list[str]) -> int:

@@ -11,16 +11,24 @@ from __future__ import annotations
 
 import json
 
-from resolver.api import ConflictError, plan_for, resolve
+from resolver import api
+from resolver.api import ConflictError, resolve
 from resolver.commands.resolve import print_conflict, resolve_command
 from resolver.errors import UsageError
+from resolver.flagparse import detect_system
 from resolver.report import describe_value
 
 MAX_DEPTH = 3
 
 
+NOT_REPORTED = "retired, or deprecated and not set: not part of the resolved values"
+
+
 def _explain(config, plan, name: str, depth: int, seen: set[str], lines: list[str]) -> None:
     indent = "  " * depth
+    if name not in config.values:
+        lines.append(f"{indent}{name}: {NOT_REPORTED}")
+        return
     prov = config.provenance[name]
     source = {"user": f"you set it ({prov.get('via', 'cli')})", "default": "catalog default",
               "relax": f"changed by --relax, rule {prov.get('rule')}"}.get(prov["source"], f"rule {prov.get('rule')}")
@@ -40,6 +48,8 @@ def _explain(config, plan, name: str, depth: int, seen: set[str], lines: list[st
 
 def _explain_data(config, plan, name: str, depth: int, seen: set[str]) -> dict:
     """The same chain as `_explain`, as data for `--json`: value, provenance, rule, facts, reads."""
+    if name not in config.values:
+        return {"flag": name, "value": None, "provenance": {"source": "deprecated"}}
     prov = config.provenance[name]
     node = {"flag": name, "value": config.values[name], "provenance": dict(prov)}
     if prov["source"] != "rule" or name in seen or depth >= MAX_DEPTH:
@@ -55,14 +65,42 @@ def _explain_data(config, plan, name: str, depth: int, seen: set[str]) -> dict:
     return node
 
 
+USAGE = """usage: accord why FLAG [FLAG ...] [--facts PRESET] [--json] [launch flags ...]
+
+Show the value of each FLAG for this launch and the chain of rules and facts behind it. FLAG is a
+flag name or any spelling of it: page_size, page-size, --page-size, or a short form such as tp.
+The launch flags are those of `accord resolve` (see `accord resolve --help`)."""
+
+
+def _target(word: str, catalog) -> str:
+    """The flag a word names: its dest (`page_size`), or any spelling with or without dashes
+    (`--page-size`, `tp-size`, the short form `tp`); unknown words are returned as dests."""
+    bare = word.lstrip("-")
+    if bare.replace("-", "_") in catalog:
+        return bare.replace("-", "_")
+    wanted = {"--" + bare, "--" + bare.replace("_", "-"), "-" + bare}
+    for flag in catalog:
+        if wanted & set(flag.option_strings):
+            return flag.name
+    return bare.replace("-", "_")
+
+
 def main(argv: list[str]) -> int:
-    targets = []
+    argv = list(argv)
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    catalog = api.plan_for(detect_system(argv)).catalog
+    words = []
     while argv and not argv[0].startswith("-"):
-        targets.append(argv.pop(0).replace("-", "_"))
-    if not targets:
+        words.append(argv.pop(0))
+    if not words and argv and _target(argv[0], catalog) in catalog:
+        words.append(argv.pop(0))  # `accord why --page-size ...`: the flag itself, as spelled
+    if not words:
         raise UsageError("name the flag to explain first, e.g. `accord why attention_backend --facts h100 --tp 8`.")
     opts, parsed, facts = resolve_command(argv, "accord why")
-    plan = plan_for(parsed.system)
+    plan = api.plan_for(parsed.system)
+    targets = [_target(word, plan.catalog) for word in words]
     unknown = [t for t in targets if t not in plan.catalog]
     if unknown:
         import difflib
