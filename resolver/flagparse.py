@@ -478,7 +478,7 @@ def _declared_extensions(argv: list[str], catalog: Catalog) -> dict[str, tuple[s
         dest = key.strip().lstrip("-").replace("-", "_")
         if not sep or not values.strip() or dest not in catalog:
             raise UsageError(f"--extend-choices {item!r}: write FLAG=VALUE with a catalog flag, e.g. "
-                             f"--extend-choices attention_backend=my_plugin_attn.")
+                             f"--extend-choices some_backend=my_plugin.")
         flag = catalog[dest]
         if not flag.extensible:
             raise UsageError(f"--extend-choices {item!r}: {flag.primary} has a fixed choice list upstream "

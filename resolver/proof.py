@@ -5,8 +5,8 @@
     conflict 1 of 1
       you set   --tp-size 16
       machine   gpu.count=8, platform=cuda
-      rule      par.world_size.fits_gpus requires `tp_size * pp_size <= gpu.count * nnodes`
-      reads     gpu.count = 8, nnodes = 1 (unset), pp_size = 1 (unset), tp_size = 16
+      rule      par.world_size.fits_gpus requires `... <= gpu.count * nnodes`
+      reads     gpu.count = 8, nnodes = 1 (unset), ... (every name the condition read, with its value)
       because   Each rank needs its own GPU ...
       so        no legal configuration includes --tp-size 16 on this machine.
       fix       --tp-size 8

@@ -21,6 +21,10 @@ CONFLICT_KEYS = {"flags", "rules", "facts", "message", "fixes"}
 @pytest.fixture
 def toy(tmp_path, monkeypatch):
     """The toy rules and toy presets behind every command."""
+    # Commands bind `load_facts` when first imported: import them before patching, so a patched
+    # function never stays behind in a module for the tests that run after this one.
+    import resolver.commands.serve  # noqa: F401
+    import resolver.commands.why  # noqa: F401
     plan = toy_plan(tmp_path)
     for target in ("resolver.api.plan_for", "resolver.dryrun.plan_for", "resolver.matrix.plan_for",
                    "resolver.commands.matrix.plan_for"):

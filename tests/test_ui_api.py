@@ -51,7 +51,7 @@ def api():
 # -- byte-identical to the CLI ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("endpoint, head, tail, args, status", [
-    ("resolve", ["resolve"], ["--json"], ["--model-path", MODEL, "--tp", "8"], 200),
+    ("resolve", ["resolve"], ["--json"], ["--model-path", MODEL, "--tp", "2"], 200),
     ("resolve", ["resolve"], ["--json"], ["--model-path", MODEL, "--kv-cache-dtype", "nvfp4"], 409),
     ("dry-run", ["resolve"], ["--dry-run", "--json"], ["--model-path", MODEL, "--tp", "4"], 200),
     ("dry-run", ["resolve"], ["--dry-run", "--json"], ["--flag", "attention_backend", "--kv-cache-dtype", "fp8_e5m2"], 200),
@@ -151,7 +151,7 @@ def test_unknown_paths_and_foreign_hosts_are_refused(api):
 # -- fixes -------------------------------------------------------------------------------------------
 
 def test_each_fix_is_the_listed_fix_and_resolves(api):
-    args = ["--model-path", MODEL, "--tp", "8", "--kv-cache-dtype", "nvfp4"]
+    args = ["--model-path", MODEL, "--tp", "2", "--kv-cache-dtype", "nvfp4"]
     status, _, body = api("resolve", {"facts": "h100", "args": args})
     assert status == 409
     listed = json.loads(body)["conflicts"][0]["fixes"]

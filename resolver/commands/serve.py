@@ -43,8 +43,7 @@ def main(argv: list[str]) -> int:
                          "(or drop --all) to serve.")
     facts = serve_facts(opts, parsed.values.get("model_path"), parsed.system)
     if opts.dry_run:
-        from resolver.dryrun import main_dry_run
-        return main_dry_run(parsed, facts, opts)
+        return resolve_cmd.main_dry_run(parsed, facts, opts)
     try:
         config = resolve(parsed.system, parsed.values, facts, parsed.sources, relax=opts.relax,
                          warnings=parsed.warnings)

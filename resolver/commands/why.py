@@ -68,13 +68,13 @@ def _explain_data(config, plan, name: str, depth: int, seen: set[str]) -> dict:
 USAGE = """usage: accord why FLAG [FLAG ...] [--facts PRESET] [--json] [launch flags ...]
 
 Show the value of each FLAG for this launch and the chain of rules and facts behind it. FLAG is a
-flag name or any spelling of it: page_size, page-size, --page-size, or a short form such as tp.
+flag name or any spelling of it (dest, dashed, --dashed) or a short form.
 The launch flags are those of `accord resolve` (see `accord resolve --help`)."""
 
 
 def _target(word: str, catalog) -> str:
-    """The flag a word names: its dest (`page_size`), or any spelling with or without dashes
-    (`--page-size`, `tp-size`, the short form `tp`); unknown words are returned as dests."""
+    """The flag a word names: its dest, or any spelling with or without dashes, or a short form;
+    unknown words are returned as dests."""
     bare = word.lstrip("-")
     if bare.replace("-", "_") in catalog:
         return bare.replace("-", "_")
