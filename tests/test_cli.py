@@ -21,10 +21,13 @@ CONFLICT_KEYS = {"flags", "rules", "facts", "message", "fixes"}
 @pytest.fixture
 def toy(tmp_path, monkeypatch):
     """The toy rules and toy presets behind every command."""
-    # Commands bind `load_facts` when first imported: import them before patching, so a patched
-    # function never stays behind in a module for the tests that run after this one.
+    # Modules bind `plan_for` and `load_facts` when first imported: import them all before patching,
+    # or the patched function becomes the "original" that monkeypatch restores after the test.
+    import resolver.commands.matrix  # noqa: F401
     import resolver.commands.serve  # noqa: F401
     import resolver.commands.why  # noqa: F401
+    import resolver.dryrun  # noqa: F401
+    import resolver.matrix  # noqa: F401
     plan = toy_plan(tmp_path)
     for target in ("resolver.api.plan_for", "resolver.dryrun.plan_for", "resolver.matrix.plan_for",
                    "resolver.commands.matrix.plan_for"):
