@@ -46,15 +46,13 @@ def model_facts(model_path: str | None, system: str = "llm") -> dict[str, Any]:
     """The `model.*` facts of a local model folder ({} when it is not one), sorted by key."""
     if system not in SYSTEMS:
         raise UsageError(f"unknown system {system!r}; use one of: {', '.join(SYSTEMS)}.")
-    folder = BUILTIN_MODELS[system] if model_path is None else Path(model_path).expanduser()
     name = "model_index.json" if system == "diffusion" else "config.json"
     if model_path is not None and model_path_warning(model_path, system) is not None:
         return {}
-    gguf = gguf_file(local_path(model_path)) if system == "llm" and model_path is not None else None
+    folder = BUILTIN_MODELS[system] if model_path is None else local_path(model_path)
+    gguf = gguf_file(folder) if system == "llm" and model_path is not None else None
     if gguf is not None:
         return gguf_facts(gguf)
-    if model_path is not None:
-        folder = local_path(model_path)
     if not (folder / name).is_file():
         return {}
     config = _read_json(folder / name)
