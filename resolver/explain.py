@@ -11,11 +11,13 @@ or dropping the flag. Each one is verified by solving again before it is offered
 
 from __future__ import annotations
 
+import ast
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
-from resolver.expr import UnknownFact
-from resolver.rules import Rule
+from resolver.expr import Expr, UnknownFact, dotted_name
+from resolver.report import describe_value
+from resolver.rules import Derived, Rule
 from resolver.solve import Env, Plan
 
 MAX_FIXES = 5
@@ -165,3 +167,71 @@ def _alternatives(plan: Plan, name: str, current: Any) -> list[Any]:
     ordered = [v for v in preferred if v in domain] + [v for v in domain if v not in preferred]
     plain_switch = flag.type == "bool" and not flag.negated and not flag.value_optional
     return [v for v in ordered if v != current and v is not None and not (plain_switch and v is False)]
+
+
+@dataclasses.dataclass(frozen=True)
+class DerivedReading:
+    """A derived value in an explanation: its name, its value here, and the values of the names its
+    own definition reads (facts, flags, other derived values), so a reader can check it by hand."""
+
+    name: str
+    value: Any
+    reads: tuple[tuple[str, Any], ...]
+    when: str | None = None          # the condition of the case that decided, when there are several
+
+    def line(self) -> str:
+        """`sm100 = false because gpu.sm = 90, platform = cuda`."""
+        text = f"{self.name} = {describe_value(self.value)}"
+        if self.when:
+            text += f" (when {self.when})"
+        if self.reads:
+            text += " because " + ", ".join(f"{k} = {describe_value(v)}" for k, v in self.reads)
+        return text
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "value": self.value, "when": self.when, "reads": dict(self.reads)}
+
+
+def _own_names(item: Derived) -> list[str]:
+    """The names a derived value's own cases write (not those read through other names)."""
+    exprs = [e for case in item.cases for e in case if e is not None and e.tree is not None]
+    readable = set().union(*(e.flags | e.facts | e.names for e in exprs)) if exprs else set()
+    found: set[str] = set()
+    for expr in exprs:
+        for node in ast.walk(expr.tree):
+            name = dotted_name(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+            if name in readable:
+                found.add(name)
+    return sorted(found)
+
+
+def _read(env: Env, plan: Plan, name: str, derived: Mapping[str, Derived]) -> Any:
+    try:
+        if name in derived:
+            return derived[name].expr(env)
+        if "." in name or name not in plan.catalog:
+            return env.fact(name)
+        return env.flag(name)
+    except UnknownFact as missing:
+        return f"unknown (needs {missing.key})"
+
+
+def derived_readings(plan: Plan, exprs: Iterable[Expr | None], env: Env) -> list[DerivedReading]:
+    """The derived values that `exprs` read (directly or through each other), in name order, each
+    with its value in `env`. Named sets are constants and are left out. Dry-run and the conflict
+    reports call this too, so every explanation shows the same names with the same values."""
+    derived = {d.id: d for d in plan.ruleset.derived}
+    names = sorted({n for e in exprs if e is not None for n in e.names if n in derived})
+    readings = []
+    for name in names:
+        item = derived[name]
+        own = [n for n in _own_names(item) if n not in {s.id for s in plan.ruleset.sets}]
+        try:
+            case = item.deciding_case(env)
+        except UnknownFact:
+            case = None
+        when = item.cases[case][1] if case is not None and len(item.cases) > 1 else None
+        readings.append(DerivedReading(name, _read(env, plan, name, derived),
+                                       tuple((n, _read(env, plan, n, derived)) for n in own),
+                                       " ".join(when.source.split()) if when is not None else None))
+    return readings
