@@ -54,10 +54,12 @@ def check_names(catalog: Catalog, ruleset: RuleSet, fact_keys: Iterable[str]) ->
     return problems
 
 
-def _literal_comparisons(expr: Expr) -> list[tuple[str, Any]]:
-    """(flag, literal) pairs from `flag == lit`, `flag != lit`, `flag in (lits)` in an expression."""
+def _literal_comparisons(expr: Expr, sets: dict[str, tuple] | None = None) -> list[tuple[str, Any]]:
+    """(flag, literal) pairs from `flag == lit`, `flag != lit`, `flag in (lits)` and `flag in
+    named_set` in an expression."""
     if expr.tree is None:
         return []
+    sets = sets or {}
     pairs = []
     for node in ast.walk(expr.tree):
         if not isinstance(node, ast.Compare) or len(node.ops) != 1:
@@ -68,13 +70,16 @@ def _literal_comparisons(expr: Expr) -> list[tuple[str, Any]]:
                 pairs.append((left.id, right.value))
             elif isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
                 pairs += [(left.id, e.value) for e in right.elts if isinstance(e, ast.Constant)]
+            elif isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, ast.Name) and right.id in sets:
+                pairs += [(left.id, value) for value in sets[right.id]]
     return pairs
 
 
 def check_values(catalog: Catalog, ruleset: RuleSet) -> list[str]:
     problems = []
+    sets = {s.id: s.values for s in ruleset.sets}
     for rule in ruleset:
-        pairs = [p for e in rule.expressions() for p in _literal_comparisons(e)]
+        pairs = [p for e in rule.expressions() for p in _literal_comparisons(e, sets)]
         if rule.kind == "prefer":
             pairs += [(rule.flag, c.value) for c in rule.values]
         if rule.kind == "default" and rule.value is not None and not (rule.value.flags or rule.value.facts or rule.value.set_checks):
@@ -103,7 +108,8 @@ def check_derived(catalog: Catalog, ruleset: RuleSet, fact_keys: Iterable[str]) 
             if key not in fact_keys and not key.startswith("packages."):
                 problems.append(f"derived.yaml: {item.id} reads unknown fact {key!r}")
         exprs = [e for case in item.cases for e in case if e is not None]
-        for name, value in (p for e in exprs for p in _literal_comparisons(e)):
+        sets = {s.id: s.values for s in ruleset.sets}
+        for name, value in (p for e in exprs for p in _literal_comparisons(e, sets)):
             domain = catalog[name].finite_domain if name in catalog else None
             if domain is not None and value not in domain and not catalog[name].extensible:
                 problems.append(f"derived.yaml: {item.id} uses {name} = {value!r}, which is not one of "
@@ -165,7 +171,9 @@ def reason_problem(reason: str) -> str | None:
 def readability_problems(ruleset: RuleSet) -> dict[str, list[str]]:
     """Rule or derived-value id -> what makes it hard to read (ids with no problem are left out)."""
     found: dict[str, list[str]] = {}
-    items = [(r.id, r.file, r.expressions(), r.reason if r.kind != "warn" else "") for r in ruleset]
+    # A warn rule without a reason of its own reads its message, which may be longer.
+    items = [(r.id, r.file, r.expressions(), "" if r.kind == "warn" and r.reason == r.message else r.reason)
+             for r in ruleset]
     items += [(d.id, "derived.yaml", [e for case in d.cases for e in case if e is not None], d.reason)
               for d in ruleset.derived]
     for item_id, file, exprs, reason in items:

@@ -118,6 +118,5 @@ def test_the_pending_list_only_holds_rules_still_over_the_limits(system):
     assert len(pending) == len(set(pending))
 
 
-@pytest.mark.xfail(strict=True, reason="the diffusion rewrite is in progress")
 def test_the_diffusion_rules_have_nothing_pending():
     assert load_pending("diffusion") == []
