@@ -235,3 +235,63 @@ def derived_readings(plan: Plan, exprs: Iterable[Expr | None], env: Env) -> list
                                        tuple((n, _read(env, plan, n, derived)) for n in own),
                                        " ".join(when.source.split()) if when is not None else None))
     return readings
+
+
+def mentioned_values(plan: Plan, name: str) -> set[Any]:
+    """Constants the rules and derived values compare flag `name` with, offer it or assign it.
+
+    `name == 'a'`, `name in ('a', 'b')`, `name in some_named_set` and `'a' in name` all name
+    a value of `name`, in a rule or in a derived value a rule reads, so naming a fragment in
+    derived.yaml hides no value from a dry run. Read from the parsed trees, never the source text.
+    """
+    sets = {s.id: s.values for s in plan.ruleset.sets}
+    found: set[Any] = set()
+    exprs: list[Expr] = []
+    for rule in plan.ruleset:
+        if rule.flag == name:
+            found.update(c.value for c in rule.values)
+            if rule.value is not None:
+                found.update(_constant_of(rule.value))
+        found.update(v for flag, expr in rule.fix if flag == name for v in _constant_of(expr))
+        exprs += [e for e in (rule.when, rule.require) if e is not None]
+    exprs += [e for d in plan.ruleset.derived for case in d.cases for e in case if e is not None]
+    for expr in exprs:
+        if expr.tree is not None and name in expr.flags:
+            found.update(_compared(expr.tree, name, sets))
+    return {v for v in found if isinstance(v, (str, int, float)) and not isinstance(v, bool)}
+
+
+def _constant_of(expr: Expr) -> list[Any]:
+    """The value of a constant expression (`'fa'`, a YAML scalar), or nothing if it computes one."""
+    try:
+        value = ast.literal_eval(expr.tree) if expr.tree is not None else expr(None)
+    except (ValueError, TypeError, SyntaxError):
+        return []
+    return [value] if isinstance(value, (str, int, float)) else []
+
+
+def _compared(tree: ast.AST, name: str, sets: Mapping[str, tuple]) -> list[Any]:
+    """`name == 'a'`, `name in ('a', 'b')`, `name in a_named_set`, `'a' in name` and
+    `'a' in (name, other)` each name a value of `name`."""
+    def is_name(node: ast.AST) -> bool:
+        return isinstance(node, ast.Name) and node.id == name
+
+    def elements(node: ast.AST) -> list[ast.AST]:
+        return list(node.elts) if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else []
+
+    values: list[Any] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        for op, left, right in zip(node.ops, operands, operands[1:]):
+            if not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
+                continue
+            for mine, other in ((left, right), (right, left)):
+                if is_name(mine) and isinstance(other, ast.Name) and other.id in sets:
+                    values += list(sets[other.id])
+                elif is_name(mine):
+                    values += [item.value for item in elements(other) or [other] if isinstance(item, ast.Constant)]
+                elif isinstance(other, ast.Constant) and any(is_name(item) for item in elements(mine)):
+                    values.append(other.value)
+    return values

@@ -164,3 +164,22 @@ def test_why_lists_the_derived_values_in_the_chain(capsys):
     derived = {d["name"]: d for d in data["flags"][0]["derived"]}
     assert derived["sm100"] == {"name": "sm100", "value": False, "when": None,
                                 "reads": {"gpu.sm": 90, "platform": "cuda"}}
+
+
+def test_values_compared_inside_derived_values_and_named_sets_are_still_mentioned():
+    """Naming a fragment must not hide from a dry run the values the rules compare a flag with."""
+    from resolver.explain import mentioned_values
+
+    plan = api.plan_for("diffusion")
+    sets = {s.id: set(s.values) for s in plan.ruleset.sets}
+    assert sets["bcg_model_ids"] <= mentioned_values(plan, "model_id")            # `model_id in a_set`
+    assert sets["ltx2_two_stage_pipelines"] <= mentioned_values(plan, "pipeline_class_name")
+    assert {"dit", "all", "default", "vae"} <= mentioned_values(plan, "layerwise_offload_components")
+    assert "sage_attn" in mentioned_values(plan, "attention_backend")            # a derived value's `==`
+
+
+def test_mentioned_values_of_the_toy_rules(plan):
+    from resolver.explain import mentioned_values
+
+    assert mentioned_values(plan, "page_size") == {16, 7}        # a default's value, a conflict's `==`
+    assert mentioned_values(plan, "attention_backend") == {"fa3", "flashinfer", "triton", "torch_native"}
