@@ -360,7 +360,7 @@ def generate(system: str, presets: Mapping[str, Mapping[str, Any]], axes: list[A
 # -- output -------------------------------------------------------------------------------
 
 def job_name(matrix: Matrix, row: Mapping[str, Any]) -> str:
-    """A readable CI job name: `h100 / DeepSeek-V3 / attention_backend=fa3, kv_cache_dtype=auto`
+    """A readable CI job name: `h100 / DeepSeek-V3 / attention_backend=triton, kv_cache_dtype=auto`
     (a model is named by the last part of its path)."""
     parts = [describe_value(row[FACTS_AXIS])]
     if MODEL_AXIS in row:

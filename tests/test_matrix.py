@@ -3,6 +3,7 @@ rows judged with their own model's facts, GitHub Actions output."""
 
 import itertools
 import json
+import re
 
 import pytest
 import yaml
@@ -92,7 +93,7 @@ def test_github_output_shards_above_256_jobs(plan):
 
 
 def test_matrix_params_gives_pytest_params(plan, monkeypatch):
-    monkeypatch.setattr("resolver.facts.load_facts", lambda name, system="llm": PRESETS[name])
+    monkeypatch.setattr("resolver.facts.load_facts", lambda name, model_path=None, system="llm": PRESETS[name])
     params = matrix_params("llm", ["h100", "cpu"], ["attention_backend"])
     assert {p.id for p in params} >= {"h100-fa3", "cpu-torch_native"}
     assert all(p.values[0]["args"].startswith("--attention-backend") for p in params)
@@ -152,6 +153,7 @@ WIDE, NARROW = "/models/wide-64-heads", "/models/narrow-12-heads"
 MODELS = {WIDE: {"h100": {**H100, "model.num_attention_heads": 64}, "b200": {**B200, "model.num_attention_heads": 64}},
           NARROW: {"h100": {**H100, "model.num_attention_heads": 12}, "b200": {**B200, "model.num_attention_heads": 12}}}
 TP = Axis("tp_size", (1, 2, 3, 4, 6, 8))
+PRESETS_BY_MODEL = {"h100": H100, "b200": B200}   # no model path: the presets as they are
 
 
 @pytest.fixture
@@ -304,3 +306,57 @@ def test_model_path_both_before_and_after_fix_is_a_usage_error(tmp_path, capsys)
                  "--fix", "--model-path", deepseek])
     err = capsys.readouterr().err
     assert code == 2 and "both before --fix" in err and len(err.strip().splitlines()) == 1
+
+
+def test_matrix_params_takes_models(model_plan, monkeypatch):
+    monkeypatch.setattr("resolver.facts.load_facts",
+                        lambda name, model_path=None, system="llm": MODELS.get(model_path, PRESETS_BY_MODEL)[name])
+    params = matrix_params("llm", ["h100"], ["tp_size"], values={"tp_size": TP.values}, models=[WIDE, NARROW])
+    rows = [p.values[0] for p in params]
+    assert {(r["model"], r["tp_size"]) for r in rows} == {(WIDE, v) for v in (1, 2, 4, 8)} | {
+        (NARROW, v) for v in (1, 2, 3, 4, 6)}
+    assert {p.id for p in params} >= {"h100-wide-64-heads-8", "h100-narrow-12-heads-6"}
+    (one,) = {tuple(p.values[0]["argv"][:2]) for p in matrix_params("llm", ["h100"], ["tp_size"],
+                                                                    values={"tp_size": (1, 8)}, models=[WIDE])}
+    assert one == ("--model-path", WIDE)
+
+
+PLUGIN_TEST = """
+def test_row(accord_row):
+    assert accord_row["argv"][:2] == ["--tp-size", "2"]
+    print("ROW", accord_row["facts"], accord_row["attention_backend"])
+"""
+
+
+def _pytest(tmp_path, *args):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+           "PYTHONPATH": os.pathsep.join([str(__import__("pathlib").Path(__file__).parents[1]),
+                                          os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "resolver.pytest_plugin", "-p", "no:cacheprovider",
+                           "-q", "-s", "--rootdir", str(tmp_path), *args],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("fmt", ["json", "github"])
+def test_pytest_plugin_runs_a_test_once_per_matrix_row(plan, tmp_path, fmt):
+    matrix = generate("llm", PRESETS, AXES[:1], {"tp_size": 2}, "pairwise")
+    (tmp_path / "matrix.txt").write_text(render(matrix, fmt))
+    (tmp_path / "test_rows.py").write_text(PLUGIN_TEST)
+    done = _pytest(tmp_path, "--accord-matrix", "matrix.txt", "test_rows.py")
+    assert done.returncode == 0, done.stdout + done.stderr
+    ran = sorted(re.findall(r"ROW (\S+) (\S+)", done.stdout))
+    assert ran == sorted((r["facts"], r["attention_backend"]) for r in matrix.rows)
+    assert f"{len(matrix.rows)} passed" in done.stdout
+
+
+def test_pytest_plugin_skips_row_tests_without_a_matrix_and_rejects_a_bad_file(tmp_path):
+    (tmp_path / "test_rows.py").write_text(PLUGIN_TEST)
+    done = _pytest(tmp_path, "test_rows.py")
+    assert done.returncode == 0 and "1 skipped" in done.stdout
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    done = _pytest(tmp_path, "--accord-matrix", "bad.json", "test_rows.py")
+    assert done.returncode != 0 and "not the JSON or YAML output of `accord matrix`" in done.stdout + done.stderr
