@@ -100,7 +100,10 @@ class Space:
         self._exclusions: dict[tuple, list[tuple[Rule, ...]] | None] = {}
         self._completable: dict[tuple, bool] = {}
         self.nogoods: list[frozenset] = []          # combinations no legal row can hold
-        self._nogoods_by_item: dict[tuple, list[frozenset]] = {}
+        self._nogood_set: set[frozenset] = set()
+        # by the nogood's flag items, the context items (preset, model) each comes with: a row's
+        # flag items are few, so `doomed` looks up each subset of them instead of scanning
+        self._nogoods_by_flags: dict[frozenset, list[frozenset]] = {}
 
     def user(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """The launch flags of a (partial) row: the fixed ones, its model's path, its pinned values."""
@@ -135,14 +138,20 @@ class Space:
             self._pinnings[context] = Pinning(self.plan, user, facts, config)
         return self._pinnings[context]
 
-    def exclusions(self, row: Mapping[str, Any]) -> list[tuple[Rule, ...]] | None:
-        """None if the row (which names its context) is legal as pinned, else its rule groups."""
+    def exclusions(self, row: Mapping[str, Any], every: bool = False) -> list[tuple[Rule, ...]] | None:
+        """None if the row (which names its context) is legal as pinned, else rule groups that
+        exclude it: the first one found (possibly none) for the search, every one with `every`
+        (for the report, which names all the rules)."""
         if not self.respect_rules:
             return None
         key = _key(row)
-        if key not in self._exclusions:
-            self._exclusions[key] = self.pinning(row).exclusions(self.pins(row))
-        return self._exclusions[key]
+        if (key, True) in self._exclusions:
+            return self._exclusions[key, True]
+        if (key, every) not in self._exclusions:
+            pinning, pins = self.pinning(row), self.pins(row)
+            found = pinning.exclusions(pins) if every else pinning.first_exclusion(pins)
+            self._exclusions[key, every] = found
+        return self._exclusions[key, every]
 
     def settled(self, row: Mapping[str, Any], groups: list[tuple[Rule, ...]]) -> bool:
         """Some exclusion of `row` cannot be undone by any axis the row leaves open.
@@ -161,16 +170,40 @@ class Space:
         return settled
 
     def _learn(self, nogood: frozenset) -> None:
-        if nogood in self._nogoods_by_item.get(next(iter(nogood)), ()):
+        if nogood in self._nogood_set:
             return
         self.nogoods.append(nogood)
-        for item in nogood:
-            self._nogoods_by_item.setdefault(item, []).append(nogood)
+        self._nogood_set.add(nogood)
+        flags = frozenset(item for item in nogood if item[0] not in CONTEXT_AXES)
+        self._nogoods_by_flags.setdefault(flags, []).append(nogood - flags)
 
     def doomed(self, row: Mapping[str, Any]) -> bool:
         """The row holds a known nogood."""
-        items = set(_items(row))
-        return any(nogood <= items for item in items for nogood in self._nogoods_by_item.get(item, ()))
+        items = _items(row)
+        context = frozenset(item for item in items if item[0] in CONTEXT_AXES)
+        flags = [item for item in items if item[0] not in CONTEXT_AXES]
+        for size in range(len(flags) + 1):
+            for group in itertools.combinations(flags, size):
+                if any(c <= context for c in self._nogoods_by_flags.get(frozenset(group), ())):
+                    return True
+        return False
+
+    def hopeless(self, row: Mapping[str, Any]) -> bool:
+        """No legal row extends this one (which names its context): it holds a known nogood, or
+        a settled exclusion. Each pinned value is judged alone first: those verdicts are shared
+        by every row holding the value in this context, and a settled one prunes all of them."""
+        if self.doomed(row):
+            return True
+        pins = self.pins(row)
+        if len(pins) > 1:
+            context = {name: row[name] for name in self.context_axes}
+            for name, value in pins.items():
+                single = {**context, name: value}
+                groups = self.exclusions(single)
+                if groups and self.settled(single, groups):
+                    return True
+        groups = self.exclusions(row)
+        return bool(groups) and self.settled(row, groups)
 
     def next_axis(self, row: Mapping[str, Any], order: list[Axis]) -> Axis:
         """The context (preset, model) first; then, for an excluded row, an axis that could undo
@@ -188,21 +221,26 @@ class Space:
 
     def completions(self, row: Mapping[str, Any], order: list[Axis],
                     rank=None) -> Iterator[dict[str, Any]]:
-        """Legal full rows extending `row`, depth first; `rank(row, axis)` orders an axis' values."""
+        """Legal full rows extending `row`, depth first; `rank(row, axis)` orders an axis' values.
+
+        A row whose every extension was searched and failed is remembered as a nogood: the next
+        search through it (from another start tuple) stops at once.
+        """
         if len(row) == len(self.axes):
             if self.exclusions(row) is None:
                 yield {a.name: row[a.name] for a in self.axes}
             return
-        if self.has_context(row):
-            if self.doomed(row):
-                return
-            groups = self.exclusions(row)
-            if groups and self.settled(row, groups):
-                return
+        if self.has_context(row) and self.hopeless(row):
+            return
         axis = self.next_axis(row, order)
         values = rank(row, axis) if rank else axis.values
+        found = False
         for value in values:
-            yield from self.completions({**row, axis.name: value}, order, rank)
+            for full in self.completions({**row, axis.name: value}, order, rank):
+                found = True
+                yield full
+        if not found and self.has_context(row):
+            self._learn(frozenset(_items(row)))
 
     def completable(self, tp: tuple) -> bool:
         """Some legal row contains this combination."""
@@ -211,13 +249,16 @@ class Space:
         return self._completable[tp]
 
     def excluding_rules(self, tp: tuple) -> list[str]:
-        """The rules that exclude a combination as pinned, in every context it could run in."""
+        """Rules that exclude a combination as pinned, in every context it could run in: per
+        context the first proof the search found (or, when it found none, the minimal rule set)."""
         row = dict(tp)
         choices = [[row[a.name]] if a.name in row else list(a.values)
                    for a in self.axes if a.name in CONTEXT_AXES]
         found: list[str] = []
         for context in itertools.product(*choices):
-            for group in self.exclusions({**row, **dict(zip(self.context_axes, context))}) or ():
+            full = {**row, **dict(zip(self.context_axes, context))}
+            groups = self.exclusions(full)
+            for group in (self.exclusions(full, every=True) if groups == [] else groups) or ():
                 found.extend(r.id for r in group if r.id not in found)
         return found
 
