@@ -36,12 +36,22 @@ from engine.llm.sampling_params import MAX_NEW_TOKENS_DEFAULT, SamplingParams
 from engine.llm.settings import EngineSettings
 from engine.llm.tokenizer import make_tokenizer
 from engine.ports import Endpoints, bind_private
-from engine.supervisor import report_ready
-from resolver.errors import UsageError
+from engine.supervisor import EXIT_WATCHDOG, report_ready
+from resolver.errors import AccordError, UsageError
 from resolver.frozen import ResolvedConfig
 
 OPENAI_COMPLETION_DEFAULT_MAX_TOKENS = 16
 HEALTH_GENERATE_TIMEOUT_S = 20.0
+
+
+WATCHDOG_POLL_S = 0.25
+# After the watchdog fires, /health answers 503 this long before the process exits (and the
+# supervisor tears the group down), so health checkers see why.
+WATCHDOG_EXIT_GRACE_S = 2.0
+
+
+class WatchdogTimeout(AccordError):
+    exit_code = EXIT_WATCHDOG
 
 
 class BadRequest(Exception):
@@ -83,6 +93,9 @@ class FrontEnd:
         self.runtime: dict[int, dict] = {}
         self._queues: dict[str, asyncio.Queue] = {}
         self._next_group = itertools.cycle(range(len(endpoints.scheduler_inputs)))
+        self.watchdog_timeout = config.values.get("watchdog_timeout")
+        self.heartbeats: dict[int, float] = {}  # DP group -> when its leader last reported
+        self.stuck: str | None = None            # set once the watchdog fired
         self.metrics = None
         if config.values.get("enable_metrics"):
             from engine.llm.metrics import Metrics  # prometheus-client only when asked for
@@ -103,10 +116,13 @@ class FrontEnd:
             sock.connect(address)
             self._outboxes.append(sock)
         self.reader = asyncio.create_task(self._read_outputs())
+        self.watchdog = asyncio.create_task(self._watch())
 
     async def _read_outputs(self) -> None:
         while True:
             message = unpack(await self._inbox.recv())
+            if message["type"] in ("ready", "heartbeat"):
+                self.heartbeats[message["dp"]] = time.monotonic()
             if message["type"] == "ready":
                 self.runtime[message["dp"]] = message["runtime"]
             elif message["type"] == "outputs":
@@ -114,6 +130,23 @@ class FrontEnd:
                     queue = self._queues.get(item["rid"])
                     if queue is not None:
                         queue.put_nowait(item)
+
+    async def _watch(self) -> None:
+        """--watchdog-timeout: a scheduler group whose leader stopped reporting fails every
+        request in flight, then /health, then (after a short grace) this process with EXIT_WATCHDOG."""
+        if not self.watchdog_timeout:
+            await asyncio.Event().wait()  # off: never ends
+        while True:
+            await asyncio.sleep(WATCHDOG_POLL_S)
+            now = time.monotonic()
+            silent = sorted(d for d, t in self.heartbeats.items() if now - t > self.watchdog_timeout)
+            if self.ready and silent:
+                self.stuck = (f"watchdog: scheduler group dp{silent[0]} made no progress for more than "
+                              f"{self.watchdog_timeout:g} s (--watchdog-timeout); the server is shutting down")
+                for rid, queue in self._queues.items():
+                    queue.put_nowait({"rid": rid, "error": self.stuck, "error_code": 503})
+                await asyncio.sleep(WATCHDOG_EXIT_GRACE_S)
+                raise WatchdogTimeout(self.stuck)
 
     def check_prompt(self, input_ids: list[int], max_new_tokens: int) -> None:
         if not input_ids:
@@ -139,6 +172,8 @@ class FrontEnd:
         """Check the prompt now (so a bad one is a 400 before any streaming starts), then return
         the request's output items (a single one when not streaming). `logprobs`, when given, is
         {"top": alternatives per position, "start": first prompt position, or None for none}."""
+        if self.stuck:
+            raise BadRequest(self.stuck, 503)
         self.check_prompt(input_ids, params.max_new_tokens)
         self.check_token_ids(params)
         if rid in self._queues:
@@ -690,12 +725,16 @@ def build_app(front: FrontEnd) -> Starlette:
                              "vocab_size": tokenizer.vocab_size})
 
     async def health(request: Request) -> Response:
+        if front.stuck:
+            return JSONResponse({"status": "unhealthy", "error": front.stuck}, status_code=503)
         if front.ready:
             return JSONResponse({"status": "ok"})
         return JSONResponse({"status": "starting"}, status_code=503)
 
     async def health_generate(request: Request) -> Response:
         """Healthy only if a real one-token generation comes back through every process."""
+        if front.stuck:
+            return JSONResponse({"status": "unhealthy", "error": front.stuck}, status_code=503)
         if not front.ready:
             return JSONResponse({"status": "starting"}, status_code=503)
         seed = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else 0
@@ -797,8 +836,8 @@ def run_http(config_data: dict, endpoints: Endpoints) -> None:
                                  "(is another process using that port?); pick a free --port")
             await asyncio.sleep(0.01)
         report_ready()
-        # Either task ending ends the process; a failure of either is this process's error.
-        done, _ = await asyncio.wait({serving, front.reader}, return_when=asyncio.FIRST_COMPLETED)
+        # Any of these tasks ending ends the process; a failure of one is this process's error.
+        done, _ = await asyncio.wait({serving, front.reader, front.watchdog}, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             task.result()
 
