@@ -22,7 +22,6 @@ the problem the pinned flag touches (see `Pinning`, which the CI matrix uses too
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import difflib
 import functools
@@ -31,6 +30,7 @@ from typing import Any, Iterable, Mapping
 from resolver.api import plan_for, resolve
 from resolver.catalog import RULES_DIR
 from resolver.errors import UsageError
+from resolver.explain import mentioned_values
 from resolver.frozen import ResolvedConfig
 from resolver.layout import terminal_width, wrap_hanging
 from resolver.pinning import Pinning
@@ -132,54 +132,6 @@ def candidate_values(plan: Plan, name: str, facts: Iterable[Mapping[str, Any]] =
 def _count(value: Any) -> int:
     """A positive integer fact, else 0 (unknown, absent or not a count)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def mentioned_values(plan: Plan, name: str) -> set[Any]:
-    """Constants the rules compare `name` with (`name == 'fa'`, `name in ('fa', 'sage')`) or assign it."""
-    found: set[Any] = set()
-    for rule in plan.ruleset:
-        if rule.flag == name:
-            found.update(c.value for c in rule.values)
-            if rule.value is not None:
-                found.update(_constants(rule.value.source))
-        found.update(value for flag, expr in rule.fix if flag == name for value in _constants(expr.source))
-        for expr in (rule.when, rule.require):
-            if expr is not None and name in expr.flags:
-                found.update(_compared_constants(expr.source, name))
-    return {v for v in found if isinstance(v, (str, int, float, tuple)) and not isinstance(v, bool)}
-
-
-def _constants(source: str) -> list[Any]:
-    """The value of a constant expression (`'fa'`), or nothing if the expression computes it."""
-    try:
-        value = ast.literal_eval(source.strip())
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return []
-    return [tuple(value) if isinstance(value, list) else value]  # a list constant, kept hashable
-
-
-def _compared_constants(source: str, name: str) -> Iterable[Any]:
-    """`name == 'a'`, `name in ('a', 'b')` and `'a' in (name, other)` all name a value of `name`."""
-    def is_name(node: ast.AST) -> bool:
-        return isinstance(node, ast.Name) and node.id == name
-
-    for node in ast.walk(ast.parse(source.strip(), mode="eval")):
-        if not isinstance(node, ast.Compare):
-            continue
-        operands = [node.left, *node.comparators]
-        for op, left, right in zip(node.ops, operands, operands[1:]):
-            if not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
-                continue
-            for mine, other in ((left, right), (right, left)):
-                many = other.elts if isinstance(other, (ast.Tuple, ast.List, ast.Set)) else [other]
-                if is_name(mine):
-                    yield from (item.value for item in many if isinstance(item, ast.Constant))
-                elif isinstance(other, ast.Constant) and any(is_name(item) for item in _elements(mine)):
-                    yield other.value
-
-
-def _elements(node: ast.AST) -> list[ast.AST]:
-    return list(node.elts) if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else []
 
 
 # -- the dry run ----------------------------------------------------------------------------------

@@ -258,7 +258,7 @@ def mentioned_values(plan: Plan, name: str) -> set[Any]:
     for expr in exprs:
         if expr.tree is not None and name in expr.flags:
             found.update(_compared(expr.tree, name, sets))
-    return {v for v in found if isinstance(v, (str, int, float)) and not isinstance(v, bool)}
+    return {v for v in found if isinstance(v, (str, int, float, tuple)) and not isinstance(v, bool)}
 
 
 def _constant_of(expr: Expr) -> list[Any]:
@@ -267,7 +267,9 @@ def _constant_of(expr: Expr) -> list[Any]:
         value = ast.literal_eval(expr.tree) if expr.tree is not None else expr(None)
     except (ValueError, TypeError, SyntaxError):
         return []
-    return [value] if isinstance(value, (str, int, float)) else []
+    if isinstance(value, list):
+        value = tuple(value)  # a list constant (a list flag's value), kept hashable
+    return [value] if isinstance(value, (str, int, float, tuple)) else []
 
 
 def _compared(tree: ast.AST, name: str, sets: Mapping[str, tuple]) -> list[Any]:
