@@ -22,7 +22,6 @@ the problem the pinned flag touches (see `Pinning`, which the CI matrix uses too
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import difflib
 import functools
@@ -31,11 +30,12 @@ from typing import Any, Iterable, Mapping
 from resolver.api import plan_for, resolve
 from resolver.catalog import RULES_DIR
 from resolver.errors import UsageError
+from resolver.explain import DerivedReading, derived_readings, mentioned_values
 from resolver.frozen import ResolvedConfig
 from resolver.layout import terminal_width, wrap_hanging
 from resolver.pinning import Pinning
 from resolver.report import describe_value
-from resolver.solve import Plan
+from resolver.solve import Env, Plan
 from resolver.yamlcache import read_yaml_files
 
 
@@ -48,11 +48,19 @@ class Choice:
     source: str
     legal: tuple[Any, ...]
     excluded: tuple[tuple[Any, tuple[tuple[str, str], ...]], ...]   # (value, ((rule id, reason), ...))
+    # per excluded value, the derived values its excluding rules read (`sm100 = false because ...`)
+    derived: tuple[tuple[DerivedReading, ...], ...] = ()
 
     def to_dict(self) -> dict:
+        """JSON: each exclusion lists its rules and, when they read derived values, `derived`."""
+        excluded = []
+        for i, (value, rules) in enumerate(self.excluded):
+            item = {"value": value, "rules": [{"id": rid, "reason": why} for rid, why in rules]}
+            if self.derived and self.derived[i]:
+                item["derived"] = [reading.to_dict() for reading in self.derived[i]]
+            excluded.append(item)
         return {"flag": self.flag, "chosen": self.chosen, "source": self.source, "legal": list(self.legal),
-                "excluded": [{"value": value, "rules": [{"id": rid, "reason": why} for rid, why in rules]}
-                             for value, rules in self.excluded]}
+                "excluded": excluded}
 
 
 # -- which flags, which values ------------------------------------------------------------------
@@ -134,54 +142,6 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def mentioned_values(plan: Plan, name: str) -> set[Any]:
-    """Constants the rules compare `name` with (`name == 'fa'`, `name in ('fa', 'sage')`) or assign it."""
-    found: set[Any] = set()
-    for rule in plan.ruleset:
-        if rule.flag == name:
-            found.update(c.value for c in rule.values)
-            if rule.value is not None:
-                found.update(_constants(rule.value.source))
-        found.update(value for flag, expr in rule.fix if flag == name for value in _constants(expr.source))
-        for expr in (rule.when, rule.require):
-            if expr is not None and name in expr.flags:
-                found.update(_compared_constants(expr.source, name))
-    return {v for v in found if isinstance(v, (str, int, float, tuple)) and not isinstance(v, bool)}
-
-
-def _constants(source: str) -> list[Any]:
-    """The value of a constant expression (`'fa'`), or nothing if the expression computes it."""
-    try:
-        value = ast.literal_eval(source.strip())
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return []
-    return [tuple(value) if isinstance(value, list) else value]  # a list constant, kept hashable
-
-
-def _compared_constants(source: str, name: str) -> Iterable[Any]:
-    """`name == 'a'`, `name in ('a', 'b')` and `'a' in (name, other)` all name a value of `name`."""
-    def is_name(node: ast.AST) -> bool:
-        return isinstance(node, ast.Name) and node.id == name
-
-    for node in ast.walk(ast.parse(source.strip(), mode="eval")):
-        if not isinstance(node, ast.Compare):
-            continue
-        operands = [node.left, *node.comparators]
-        for op, left, right in zip(node.ops, operands, operands[1:]):
-            if not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
-                continue
-            for mine, other in ((left, right), (right, left)):
-                many = other.elts if isinstance(other, (ast.Tuple, ast.List, ast.Set)) else [other]
-                if is_name(mine):
-                    yield from (item.value for item in many if isinstance(item, ast.Constant))
-                elif isinstance(other, ast.Constant) and any(is_name(item) for item in _elements(mine)):
-                    yield other.value
-
-
-def _elements(node: ast.AST) -> list[ast.AST]:
-    return list(node.elts) if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else []
-
-
 # -- the dry run ----------------------------------------------------------------------------------
 
 def selected_flags(plan: Plan, only: list[str] | None, facts: Mapping[str, Any] | None = None) -> list[str]:
@@ -214,17 +174,27 @@ def dry_run(system: str, user: Mapping[str, Any], facts: Mapping[str, Any],
     pinning = Pinning(plan, user, facts, config)
     choices = []
     for name in names:
-        legal, excluded = [], []
+        legal, excluded, derived = [], [], []
         for value in values_of(plan, name, [facts]):
             rules = None if value == config.values[name] else pinning.verdict({name: value})
             if rules is None:
                 legal.append(value)
             else:
                 excluded.append((value, tuple((r.id, r.reason) for r in rules)))
+                derived.append(_deciding_values(plan, config, {**user, name: value}, facts, rules))
         prov = config.provenance[name]
         choices.append(Choice(name, config.values[name], prov.get("rule") or prov["source"],
-                              tuple(legal), tuple(excluded)))
+                              tuple(legal), tuple(excluded), tuple(derived)))
     return config, choices
+
+
+def _deciding_values(plan: Plan, config: ResolvedConfig, pinned: Mapping[str, Any], facts: Mapping[str, Any],
+                     rules) -> tuple[DerivedReading, ...]:
+    """The derived values the excluding rules read, with the pinned value in place and the other
+    decisions as resolved: what decided the exclusion, in the words `accord why` uses."""
+    decided = {d: config.values[d] for d in plan.prefer_rules if d not in pinned}
+    env = Env(plan, pinned, facts, decided)
+    return tuple(derived_readings(plan, [e for r in rules for e in (r.when, r.require)], env))
 
 
 def render(choices: list[Choice], columns: int | None = None) -> str:
@@ -238,11 +208,13 @@ def render(choices: list[Choice], columns: int | None = None) -> str:
         lines.extend(wrap_hanging("", f"{choice.flag} = {describe_value(choice.chosen)}   ({choice.source})", columns))
         lines.extend(wrap_hanging("  legal     ", ", ".join(describe_value(v) for v in choice.legal) or "(none)",
                                   columns))
-        for value, rules in choice.excluded:
+        for n, (value, rules) in enumerate(choice.excluded):
             head = f"  excluded  {describe_value(value):<{width}}  "
             if len(head) > 12 + width + 2:  # a value wider than the column: the rules go below it
                 lines.append(head.rstrip())
                 head = " " * (12 + width + 2)
             for i, (rid, reason) in enumerate(rules):
                 lines.extend(wrap_hanging(head if i == 0 else " " * len(head), f"{rid}: {reason}", columns))
+            for reading in choice.derived[n] if choice.derived else ():
+                lines.extend(wrap_hanging(" " * len(head) + "derived  ", reading.line(), columns))
     return "\n".join(lines)
