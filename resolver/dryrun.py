@@ -30,12 +30,12 @@ from typing import Any, Iterable, Mapping
 from resolver.api import plan_for, resolve
 from resolver.catalog import RULES_DIR
 from resolver.errors import UsageError
-from resolver.explain import mentioned_values
+from resolver.explain import DerivedReading, derived_readings, mentioned_values
 from resolver.frozen import ResolvedConfig
 from resolver.layout import terminal_width, wrap_hanging
 from resolver.pinning import Pinning
 from resolver.report import describe_value
-from resolver.solve import Plan
+from resolver.solve import Env, Plan
 from resolver.yamlcache import read_yaml_files
 
 
@@ -48,11 +48,19 @@ class Choice:
     source: str
     legal: tuple[Any, ...]
     excluded: tuple[tuple[Any, tuple[tuple[str, str], ...]], ...]   # (value, ((rule id, reason), ...))
+    # per excluded value, the derived values its excluding rules read (`sm100 = false because ...`)
+    derived: tuple[tuple[DerivedReading, ...], ...] = ()
 
     def to_dict(self) -> dict:
+        """JSON: each exclusion lists its rules and, when they read derived values, `derived`."""
+        excluded = []
+        for i, (value, rules) in enumerate(self.excluded):
+            item = {"value": value, "rules": [{"id": rid, "reason": why} for rid, why in rules]}
+            if self.derived and self.derived[i]:
+                item["derived"] = [reading.to_dict() for reading in self.derived[i]]
+            excluded.append(item)
         return {"flag": self.flag, "chosen": self.chosen, "source": self.source, "legal": list(self.legal),
-                "excluded": [{"value": value, "rules": [{"id": rid, "reason": why} for rid, why in rules]}
-                             for value, rules in self.excluded]}
+                "excluded": excluded}
 
 
 # -- which flags, which values ------------------------------------------------------------------
@@ -166,17 +174,27 @@ def dry_run(system: str, user: Mapping[str, Any], facts: Mapping[str, Any],
     pinning = Pinning(plan, user, facts, config)
     choices = []
     for name in names:
-        legal, excluded = [], []
+        legal, excluded, derived = [], [], []
         for value in values_of(plan, name, [facts]):
             rules = None if value == config.values[name] else pinning.verdict({name: value})
             if rules is None:
                 legal.append(value)
             else:
                 excluded.append((value, tuple((r.id, r.reason) for r in rules)))
+                derived.append(_deciding_values(plan, config, {**user, name: value}, facts, rules))
         prov = config.provenance[name]
         choices.append(Choice(name, config.values[name], prov.get("rule") or prov["source"],
-                              tuple(legal), tuple(excluded)))
+                              tuple(legal), tuple(excluded), tuple(derived)))
     return config, choices
+
+
+def _deciding_values(plan: Plan, config: ResolvedConfig, pinned: Mapping[str, Any], facts: Mapping[str, Any],
+                     rules) -> tuple[DerivedReading, ...]:
+    """The derived values the excluding rules read, with the pinned value in place and the other
+    decisions as resolved: what decided the exclusion, in the words `accord why` uses."""
+    decided = {d: config.values[d] for d in plan.prefer_rules if d not in pinned}
+    env = Env(plan, pinned, facts, decided)
+    return tuple(derived_readings(plan, [e for r in rules for e in (r.when, r.require)], env))
 
 
 def render(choices: list[Choice], columns: int | None = None) -> str:
@@ -190,11 +208,13 @@ def render(choices: list[Choice], columns: int | None = None) -> str:
         lines.extend(wrap_hanging("", f"{choice.flag} = {describe_value(choice.chosen)}   ({choice.source})", columns))
         lines.extend(wrap_hanging("  legal     ", ", ".join(describe_value(v) for v in choice.legal) or "(none)",
                                   columns))
-        for value, rules in choice.excluded:
+        for n, (value, rules) in enumerate(choice.excluded):
             head = f"  excluded  {describe_value(value):<{width}}  "
             if len(head) > 12 + width + 2:  # a value wider than the column: the rules go below it
                 lines.append(head.rstrip())
                 head = " " * (12 + width + 2)
             for i, (rid, reason) in enumerate(rules):
                 lines.extend(wrap_hanging(head if i == 0 else " " * len(head), f"{rid}: {reason}", columns))
+            for reading in choice.derived[n] if choice.derived else ():
+                lines.extend(wrap_hanging(" " * len(head) + "derived  ", reading.line(), columns))
     return "\n".join(lines)

@@ -190,18 +190,9 @@ class Space:
 
     def hopeless(self, row: Mapping[str, Any]) -> bool:
         """No legal row extends this one (which names its context): it holds a known nogood, or
-        a settled exclusion. Each pinned value is judged alone first: those verdicts are shared
-        by every row holding the value in this context, and a settled one prunes all of them."""
+        a settled exclusion."""
         if self.doomed(row):
             return True
-        pins = self.pins(row)
-        if len(pins) > 1:
-            context = {name: row[name] for name in self.context_axes}
-            for name, value in pins.items():
-                single = {**context, name: value}
-                groups = self.exclusions(single)
-                if groups and self.settled(single, groups):
-                    return True
         groups = self.exclusions(row)
         return bool(groups) and self.settled(row, groups)
 
@@ -344,7 +335,8 @@ def covering_rows(space: Space, t: int, seed: int, max_rows: int | None,
         rng.shuffle(axis_order)
         row = next(space.completions(dict(start), axis_order, rank), None)
         for nogood in space.nogoods[learned:]:  # tuples holding a nogood are illegal: stop chasing them
-            uncovered -= {tp for tp in uncovered if nogood <= items[tp]}
+            if len(nogood) <= t:  # a larger nogood is in no t-tuple
+                uncovered -= {tp for tp in uncovered if nogood <= items[tp]}
         learned = len(space.nogoods)
         if row is None:
             uncovered.discard(start)  # no legal row holds it: illegal

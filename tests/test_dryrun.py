@@ -173,6 +173,35 @@ def test_pinning_several_flags_at_once(toy):
         "attn.fa3.hopper"]
 
 
+# -- the derived values that decided an exclusion (issue 11) ---------------------------------------
+
+BLACKWELL_DERIVED = """
+derived:
+  - id: blackwell
+    type: bool
+    values: [{value: "platform == 'cuda' and gpu.sm in (100, 103)"}]
+    reason: a datacenter Blackwell GPU
+"""
+
+
+def test_an_exclusion_shows_the_derived_values_its_rule_read(tmp_path, monkeypatch):
+    flags = [_enum("kv_backend", ["plain", "fp4"], "plain")]
+    rules = [{"id": "kv.fp4.blackwell", "kind": "require", "when": "kv_backend == 'fp4'", "require": "blackwell",
+              "reason": "FP4 kernels are Blackwell-only."}]
+    _plan(tmp_path, flags, rules)
+    (tmp_path / "llm" / "derived.yaml").write_text(BLACKWELL_DERIVED)
+    _use(monkeypatch, Plan(load_catalog("llm", tmp_path), load_rules("llm", tmp_path)))
+    _, (choice,) = dry_run("llm", {}, H100)
+    assert [v for v, _ in choice.excluded] == ["fp4"]
+    (readings,) = choice.derived
+    assert [r.line() for r in readings] == ["blackwell = false because gpu.sm = 90, platform = cuda"]
+    assert "derived  blackwell = false because gpu.sm = 90, platform = cuda" in render([choice], columns=120)
+    assert choice.to_dict()["excluded"][0]["derived"] == [
+        {"name": "blackwell", "value": False, "when": None, "reads": {"gpu.sm": 90, "platform": "cuda"}}]
+    _, (choice,) = dry_run("llm", {}, B200)
+    assert choice.excluded == () and "derived" not in json.dumps(choice.to_dict())
+
+
 # -- integer and list flags: a declared candidate set, judged by the solver -----------------------
 
 SIXTY_FOUR_HEADS = {**H100, "model.num_attention_heads": 64}   # 8 GPUs

@@ -118,7 +118,7 @@ def main(argv: list[str]) -> int:
     if opts.emit_workflow is not None:
         text, jobs = workflow(matrix, opts.run, opts.runs_on, ["accord", "matrix", *argv])
         write_text_atomically(opts.emit_workflow, text)
-        note += f"; wrote {opts.emit_workflow} ({jobs} job{'s' if jobs > 1 else ''} of <= {GITHUB_MAX_JOBS} rows)"
+        note += f"; wrote {opts.emit_workflow} ({jobs} matrix job{'s' if jobs > 1 else ''} of <= {GITHUB_MAX_JOBS} rows)"
     else:
         print(render(matrix, opts.format))
         if opts.format == "github" and len(matrix.rows) > GITHUB_MAX_JOBS:
