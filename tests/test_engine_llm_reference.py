@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from engine.llm.batch import SeqSlice, build_batch
+from engine.llm.messages import pack, unpack
 from engine.llm.settings import EngineSettings
 from engine.llm.worker import Worker
 from resolver.catalog import load_catalog
@@ -49,17 +50,36 @@ def reference():
     return model.eval(), tokenizer
 
 
+def engine_values(**overrides) -> dict:
+    return {**load_catalog("llm").defaults(), "model_path": str(GGUF), "attention_backend": "torch_native",
+            "page_size": 16, "mem_fraction_static": 0.8, "random_seed": 1, "max_total_tokens": 4096,
+            "dtype": "float32", "chunked_prefill_size": -1, "disable_radix_cache": True, **overrides}
+
+
 @pytest.fixture(scope="module")
 def worker():
-    values = {**load_catalog("llm").defaults(), "model_path": str(GGUF), "attention_backend": "torch_native",
-              "page_size": 16, "mem_fraction_static": 0.8, "random_seed": 1, "max_total_tokens": 4096,
-              "dtype": "float32", "chunked_prefill_size": -1, "disable_radix_cache": True}
-    settings = EngineSettings.from_config(ResolvedConfig("llm", FACTS, values))
+    settings = EngineSettings.from_config(ResolvedConfig("llm", FACTS, engine_values()))
     return Worker(settings, settings.topology.all_ranks()[0])
 
 
 def prompt_ids(reference, text: str) -> list[int]:
     return reference[1](text, add_special_tokens=False).input_ids
+
+
+def greedy(worker: Worker, prompts: list[list[int]], max_new_tokens: int, share=None) -> dict[str, list[int]]:
+    """Run greedy requests to completion; `share` broadcasts the leader's messages (multi-rank)."""
+    messages = [{"type": "generate", "rid": f"r{i}", "input_ids": ids, "stream": False,
+                 "sampling": {"max_new_tokens": max_new_tokens, "temperature": 0.0, "ignore_eos": True}}
+                for i, ids in enumerate(prompts)]
+    results, first = {}, True
+    while first or (share.any_work(worker.has_work()) if share else worker.has_work()):
+        if share is not None:
+            shared = share.share_bytes(pack({"type": "messages", "messages": messages}) if share.is_request_leader and first else None)
+            messages = unpack(shared)["messages"] if shared else []
+        for item in worker.step(messages):
+            results[item["rid"]] = item["ids"]
+        messages, first = [], False
+    return results
 
 
 def last_logits(worker: Worker, ids: list[int]) -> torch.Tensor:
@@ -119,15 +139,67 @@ def test_greedy_32_tokens_match_transformers_generate(worker, reference):
     with torch.no_grad():
         out = reference[0].generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False)
     expected = out[0, len(ids):].tolist()  # transformers stops at EOS; Accord runs on (ignore_eos)
-    messages = [{"type": "generate", "rid": "r", "input_ids": ids, "stream": False,
-                 "sampling": {"max_new_tokens": 32, "temperature": 0.0, "ignore_eos": True}}]
-    results = {}
-    while messages or worker.has_work():
-        for item in worker.step(messages):
-            results[item["rid"]] = item
-        messages = []
     assert len(expected) == 32 or expected[-1] == 2  # 32 tokens, or up to SmolLM2's <|im_end|>
-    assert results["r"]["ids"][:len(expected)] == expected
+    assert greedy(worker, [ids], 32)["r0"][:len(expected)] == expected
+
+
+TP_TOKENS = 8
+
+
+def tp_rank_main(index: int, prompts: list[list[int]], port: int, results) -> None:
+    """One of three tensor-parallel ranks: greedy tokens and the prompts' last-token logits."""
+    torch.set_num_threads(1)
+    try:
+        settings = EngineSettings.from_config(ResolvedConfig("llm", FACTS, engine_values(tp_size=3)))
+        worker = Worker(settings, settings.topology.all_ranks()[index], f"tcp://127.0.0.1:{port}")
+        logits = [last_logits(worker, ids).tolist() for ids in prompts]  # plain lists cross the queue
+        tokens = greedy(worker, prompts, TP_TOKENS, share=worker.comm)
+        worker.close()
+        results.put((index, tokens, logits))
+    except Exception as err:  # report instead of leaving the test waiting for a dead rank
+        results.put((index, f"rank {index} failed: {type(err).__name__}: {err}", None))
+
+
+@pytest.fixture(scope="module")
+def tp3_outputs(reference):
+    """SmolLM2 split over three gloo ranks (3 KV heads and 9 heads: one KV head and three heads each)."""
+    import multiprocessing
+    import queue
+
+    from engine.ports import free_port
+
+    prompts = [prompt_ids(reference, text) for text in PROMPTS[:2]]
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    procs = [context.Process(target=tp_rank_main, args=(i, prompts, port, results), daemon=True)
+             for port in [free_port()] for i in range(3)]
+    for p in procs:
+        p.start()
+    try:
+        outputs = [results.get(timeout=300) for _ in procs]
+    except queue.Empty:
+        pytest.fail(f"tp=3 ranks did not finish; exit codes {[p.exitcode for p in procs]}")
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+    failed = [tokens for _, tokens, _ in outputs if isinstance(tokens, str)]
+    assert not failed, failed
+    return prompts, {index: (tokens, [torch.tensor(row) for row in logits]) for index, tokens, logits in outputs}
+
+
+def test_tp3_equals_tp1_on_smollm2(worker, tp3_outputs):
+    """Splitting heads and MLP rows over three ranks changes only summation order: the same greedy
+    tokens, and last-token logits within the fp32 tolerance used against transformers."""
+    prompts, ranks = tp3_outputs
+    tokens, logits = ranks[0]
+    assert tokens == greedy(worker, prompts, TP_TOKENS)
+    for ids, got in zip(prompts, logits):
+        expected = last_logits(worker, ids)
+        assert torch.allclose(got, expected, atol=LOGIT_ATOL, rtol=0), (got - expected).abs().max()
+    for index in (1, 2):  # every rank ends with the same (all-reduced) logits
+        assert all(torch.equal(a, b) for a, b in zip(ranks[index][1], logits))
 
 
 @pytest.mark.parametrize("tp, code", [(2, 3), (3, 0)])

@@ -65,7 +65,7 @@ SCRIPT = textwrap.dedent("""
     prompts = ["paged kv", "triton on the CPU"]
 
     def generate(values):
-        values = {**load_catalog("llm").defaults(), "page_size": 4, "random_seed": 3,
+        values = {**load_catalog("llm").defaults(), "model_path": "tiny-llama", "page_size": 4, "random_seed": 3,
                   "max_total_tokens": 1024, "mem_fraction_static": None,
                   "triton_attention_num_kv_splits": 2, **values}
         settings = EngineSettings.from_config(ResolvedConfig("llm", {"platform": "cpu"}, values))
@@ -160,7 +160,7 @@ def test_a_served_triton_config_runs_its_ranks_under_the_interpreter(tmp_path):
 def test_triton_on_cpu_without_the_interpreter_is_refused_at_start():
     if INTERPRETER:
         pytest.skip("this process runs Triton under the interpreter")
-    values = {**load_catalog("llm").defaults(), "attention_backend": "triton", "max_total_tokens": 64, "page_size": 4,
+    values = {**load_catalog("llm").defaults(), "model_path": "tiny-llama", "attention_backend": "triton", "max_total_tokens": 64, "page_size": 4,
               "mem_fraction_static": None, "random_seed": 0}
     settings = EngineSettings.from_config(ResolvedConfig("llm", {"platform": "cpu"}, values))
     with pytest.raises(UsageError, match="TRITON_INTERPRET=1"):
