@@ -89,7 +89,7 @@ class FrontEnd:
         self.config, self.settings, self.endpoints = config, settings, endpoints
         self.tokenizer = make_tokenizer(model)
         self.context_length = context_length(settings.context_length, model)
-        self.model_name = settings.served_model_name or settings.model_path or "tiny-llama"
+        self.model_name = settings.served_model_name or settings.model_path or "smollm2"
         self.runtime: dict[int, dict] = {}
         self._queues: dict[str, asyncio.Queue] = {}
         self._next_group = itertools.cycle(range(len(endpoints.scheduler_inputs)))
