@@ -7,7 +7,8 @@ fact preset it runs on (`preset`) and the same machine in the oracle's fact form
 
 Random cases pick a model from the oracle's model folders, a GPU preset from `rules/facts/` whose
 memory holds its weights at some tensor-parallel size (as real commands do), and 1-5 high-impact
-flags whose parallel layouts fit that machine; hand-picked cases cover the behaviours issue 12 names. Same seed, same
+flags whose parallel layouts fit that machine, with attention kernels of the model's family and
+quantization methods its checkpoint can load; hand-picked cases cover the behaviours issue 12 names. Same seed, same
 cases, byte for byte.
 
 usage: python -m tests.differential.gen_llm [--seed N] [--random N] OUT.json
@@ -81,12 +82,22 @@ def _case(cid: str, preset: str, argv: list[str]) -> dict:
 
 ATTN = ["fa3", "flashinfer", "triton", "fa4", "trtllm_mha", "trtllm_mla", "flashmla", "cutlass_mla",
         "tokenspeed_mla", "torch_native", "flex_attention"]
+# The kernels people pick for each attention family (MLA-only kernels on MLA models, MHA-only on
+# the rest); hand-picked cases cover the cross-family mistakes.
+ATTN_MLA = ["fa3", "flashinfer", "triton", "fa4", "trtllm_mla", "flashmla", "cutlass_mla", "tokenspeed_mla"]
+ATTN_MHA = ["fa3", "flashinfer", "triton", "fa4", "trtllm_mha", "torch_native", "flex_attention"]
+# --quantization people pass: an online method on an unquantized checkpoint, the checkpoint's own
+# method on a quantized one.
+ONLINE_QUANT = ["fp8", "fp8", "mxfp8", "mxfp4", "nvfp4_online"]
+OWN_QUANT = {"deepseek-ai/DeepSeek-V3": "fp8", "deepseek-ai/DeepSeek-R1-0528": "fp8", "openai/gpt-oss-120b": "mxfp4"}
 
 
 def _spec(r: random.Random, model: str) -> list[str]:
-    algo = r.choice(["EAGLE", "EAGLE3", "NEXTN", "NGRAM", "STANDALONE", "EAGLE"])
+    # NEXTN and a draft-less EAGLE draft with the target's own MTP layers (the DeepSeek models).
+    algo = r.choice(["EAGLE", "EAGLE3", "NEXTN", "NGRAM", "STANDALONE", "EAGLE"] if model in MLA
+                    else ["EAGLE", "EAGLE3", "NGRAM", "STANDALONE", "EAGLE"])
     out = ["--speculative-algorithm", algo]
-    if algo in DRAFTS and r.random() < 0.8:
+    if algo in DRAFTS and (model not in MLA or r.random() < 0.5):
         out += ["--speculative-draft-model-path", DRAFTS[algo]]
     elif algo == "STANDALONE" and r.random() < 0.7:
         out += ["--speculative-draft-model-path", "meta-llama/Llama-3.1-8B-Instruct"]
@@ -112,12 +123,11 @@ def _flag_pool(r: random.Random, model: str, tp: int, gpus: int) -> list:
         (2 if spare >= 2 else 0, lambda: ["--dp-size", str(r.choice([n for n in (2, 4) if n <= spare] or [1]))]),
         (2 if spare >= 2 else 0, lambda: ["--pp-size", str(r.choice([n for n in (2, 4) if n <= spare] or [1]))]),
         (3 if moe and tp > 1 else 0, lambda: ["--ep-size", str(r.choice(tp_divisors + [tp]))]),
-        (6, lambda: ["--attention-backend", r.choice(ATTN)]),
+        (6, lambda: ["--attention-backend", r.choice(ATTN_MLA if model in MLA else ATTN_MHA)]),
         (1, lambda: ["--prefill-attention-backend", r.choice(ATTN[:4])]),
         (1, lambda: ["--decode-attention-backend", r.choice(ATTN[:4])]),
         (4, lambda: ["--kv-cache-dtype", r.choice(["fp8_e4m3", "fp8_e5m2", "bf16", "auto", "nvfp4"])]),
-        (4, lambda: ["--quantization", r.choice(["fp8", "w8a8_fp8", "modelopt_fp4", "nvfp4_online",
-                                                 "mxfp4", "awq", "gptq", "fp8"])]),
+        (4, lambda: ["--quantization", OWN_QUANT.get(model) or r.choice(ONLINE_QUANT)]),
         (4, lambda: _spec(r, model)),
         (3, lambda: ["--chunked-prefill-size", str(r.choice([-1, 2048, 4096, 8192, 16384]))]),
         (3, lambda: ["--disable-cuda-graph"]),
