@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 from resolver.expr import Expr, UnknownFact, dotted_name
 from resolver.report import describe_value
 from resolver.rules import Derived, Rule
-from resolver.solve import Env, Plan
+from resolver.solve import Env, Plan, RelaxedValues
 
 MAX_FIXES = 5
 _DROP = object()
@@ -33,9 +33,10 @@ class Fix:
     rule: str | None = None          # the rule whose `fix` proposed it (upstream's choice)
 
     def apply(self, user: Mapping[str, Any]) -> dict[str, Any]:
+        """The values after this fix; the flags it changed now hold upstream's value, not the user's."""
         out = {k: v for k, v in user.items() if k not in self.drops}
         out.update(self.changes)
-        return out
+        return RelaxedValues(out, getattr(user, "relaxed", frozenset()) | {name for name, _ in self.changes})
 
     def size(self) -> int:
         return len(self.changes) + len(self.drops)

@@ -60,6 +60,8 @@ def model_facts(model_path: str | None, system: str = "llm") -> dict[str, Any]:
         return {}
     config = _read_json(folder / name)
     facts = _diffusion_facts(config) if system == "diffusion" else _llm_facts(config)
+    if system == "llm":
+        facts.update(_weight_size(folder))
     model_id = _model_id(config, folder)
     if model_id:
         facts["model.id"] = model_id
@@ -208,6 +210,17 @@ def _llm_facts(config: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(dtype, str):
         facts["model.dtype"] = dtype
     return facts
+
+
+def _weight_size(folder: Path) -> dict[str, Any]:
+    """`model.weight_bytes` from a safetensors index (`metadata.total_size`), the checkpoint's own
+    byte count; without one the rules estimate the size from the config (rules/llm/derived.yaml)."""
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file():
+        return {}
+    metadata = _read_json(index).get("metadata")
+    size = _int(metadata.get("total_size")) if isinstance(metadata, dict) else None
+    return {"model.weight_bytes": size} if size else {}
 
 
 def _layer_types(text: Mapping[str, Any]) -> list[str]:

@@ -30,6 +30,16 @@ class _CycleError(Exception):
     """A default that reads itself through other defaults (`accord rules --lint` rejects these)."""
 
 
+class RelaxedValues(dict):
+    """The user's values after `--relax` replaced some: `relaxed` names the flags upstream's value
+    now holds. Rules asking `is_set` (did the user set it?) see those as not set by the user, so a
+    conflict about a typed value does not fire again on the value its fix wrote."""
+
+    def __init__(self, values: Mapping[str, Any], relaxed: frozenset[str] = frozenset()):
+        super().__init__(values)
+        self.relaxed = relaxed
+
+
 class Env:
     """The values one (partial) assignment gives every flag; derived flags are computed on demand."""
 
@@ -51,7 +61,7 @@ class Env:
             raise UnknownFact(key) from None
 
     def is_set(self, name: str) -> bool:
-        return name in self.user
+        return name in self.user and name not in getattr(self.user, "relaxed", ())
 
     def user_value(self, name: str) -> Any:
         return self.user.get(name)

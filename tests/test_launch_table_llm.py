@@ -303,7 +303,9 @@ ROWS = [
         "--model-path {model:Qwen3-Next-80B-A3B-Instruct} --tp-size 4 --context-length 262144 "
         "--mem-fraction-static 0.8 --speculative-algorithm NEXTN --speculative-num-steps 3 "
         "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4",
-        {"speculative_draft_model_path": "{model:Qwen3-Next-80B-A3B-Instruct}",
+        # Upstream resolves NEXTN to EAGLE and leaves the draft path unset for Qwen3-Next (not in
+        # speculative_hook.py:_handle_eagle_family's list); the draft worker loads the target itself.
+        {"speculative_algorithm": "EAGLE", "speculative_draft_model_path": None,
          "linear_attn_verify_backend": "triton", "max_running_requests": 48}),
     Row("qwen3-moe-h100", f"{DOCS} basic_usage/qwen3 (launch_server --model Qwen/Qwen3-30B-A3B --tp 2)", "h100",
         "--model {model:Qwen3-30B-A3B} --tp 2", {"attention_backend": "fa3", "chunked_prefill_size": 8192}),
