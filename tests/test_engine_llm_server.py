@@ -10,6 +10,7 @@ import concurrent.futures
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -257,6 +258,25 @@ def test_a_killed_rank_tears_everything_down(tmp_path):
     assert srv.new_ipc_dirs() == set()
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{srv.url}/health")
+
+
+def test_a_port_taken_after_resolution_is_a_usage_error_exit_2(capsys):
+    """The bind race (the port was free when checked, taken when the front end binds it) is bad
+    usage, exit 2, naming the port; never 3, which means "no legal configuration"."""
+    from engine.llm.http_server import run_http
+    from resolver.errors import EXIT_USAGE
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        config = server_config(port=holder.getsockname()[1])
+        endpoints = allocate(port=config.values["port"], nccl_port=None, dist_init_addr=None, nnodes=1,
+                             dp_size=1, dp_attention=False, worlds=1)
+        group = ProcessGroup("accord serve")
+        group.add_cleanup(endpoints.cleanup)
+        group.start("http", run_http, config.to_dict(), endpoints)
+        assert group.run(ready_timeout=120) == EXIT_USAGE == 2
+    assert "pick a free --port" in capsys.readouterr().err
 
 
 def test_launcher_front_end_and_detokenizer_do_not_import_torch():

@@ -50,6 +50,13 @@ WATCHDOG_POLL_S = 0.25
 WATCHDOG_EXIT_GRACE_S = 2.0
 
 
+# SIGTERM: stop accepting, give in-flight requests this long to finish, then end each one still
+# running with a JSON error (an error event for a stream) and exit. The supervisor waits for this
+# process for DRAIN_GRACE_S + DRAIN_EXIT_S before it stops the processes behind it.
+DRAIN_GRACE_S = 10.0
+DRAIN_EXIT_S = 3.0
+
+
 class WatchdogTimeout(AccordError):
     exit_code = EXIT_WATCHDOG
 
@@ -96,6 +103,7 @@ class FrontEnd:
         self.watchdog_timeout = config.values.get("watchdog_timeout")
         self.heartbeats: dict[int, float] = {}  # DP group -> when its leader last reported
         self.stuck: str | None = None            # set once the watchdog fired
+        self.draining = False                    # set on SIGTERM: no new requests
         self.metrics = None
         if config.values.get("enable_metrics"):
             from engine.llm.metrics import Metrics  # prometheus-client only when asked for
@@ -143,10 +151,24 @@ class FrontEnd:
             if self.ready and silent:
                 self.stuck = (f"watchdog: scheduler group dp{silent[0]} made no progress for more than "
                               f"{self.watchdog_timeout:g} s (--watchdog-timeout); the server is shutting down")
-                for rid, queue in self._queues.items():
-                    queue.put_nowait({"rid": rid, "error": self.stuck, "error_code": 503})
+                self.fail_all(self.stuck, 503)
                 await asyncio.sleep(WATCHDOG_EXIT_GRACE_S)
                 raise WatchdogTimeout(self.stuck)
+
+    def fail_all(self, message: str, status: int) -> None:
+        """End every request in flight with an error (each one's handler answers it as JSON)."""
+        for rid, queue in self._queues.items():
+            queue.put_nowait({"rid": rid, "error": message, "error_code": status})
+
+    async def drain(self, server) -> None:
+        """SIGTERM: refuse new requests, let running ones finish for DRAIN_GRACE_S, cut the rest."""
+        self.draining = True
+        server.should_exit = True  # uvicorn stops listening and waits for open responses
+        deadline = time.monotonic() + DRAIN_GRACE_S
+        while self._queues and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        self.fail_all(f"the server is shutting down (SIGTERM) and this request did not finish within "
+                      f"the {DRAIN_GRACE_S:g} s drain period", 503)
 
     def check_prompt(self, input_ids: list[int], max_new_tokens: int) -> None:
         if not input_ids:
@@ -174,6 +196,8 @@ class FrontEnd:
         {"top": alternatives per position, "start": first prompt position, or None for none}."""
         if self.stuck:
             raise BadRequest(self.stuck, 503)
+        if self.draining:
+            raise BadRequest("the server is shutting down (SIGTERM); no new requests are taken", 503)
         self.check_prompt(input_ids, params.max_new_tokens)
         self.check_token_ids(params)
         if rid in self._queues:
@@ -813,6 +837,15 @@ class _Server(uvicorn.Server):
     def capture_signals(self):
         return contextlib.nullcontext()
 
+    async def startup(self, sockets=None):
+        """uvicorn ends the whole process with sys.exit(3) when it cannot bind, and 3 is the code
+        for "no legal configuration"; here a failed startup just ends serve(), and run_http
+        turns it into the error it is."""
+        try:
+            await super().startup(sockets)
+        except SystemExit:
+            self.should_exit = True
+
 
 def run_http(config_data: dict, endpoints: Endpoints) -> None:
     """Process entry point."""
@@ -821,16 +854,19 @@ def run_http(config_data: dict, endpoints: Endpoints) -> None:
     front = FrontEnd(config, settings, load_model_config(settings.model_path), endpoints)
     server = _Server(uvicorn.Config(build_app(front), host=settings.host, port=settings.port,
                                     log_level="warning", access_log=False, lifespan="on",
-                                    timeout_graceful_shutdown=1))
+                                    timeout_graceful_shutdown=DRAIN_GRACE_S + DRAIN_EXIT_S / 2))
 
     async def main() -> None:
-        # SIGTERM from the supervisor: let uvicorn finish open responses and exit cleanly.
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, lambda: setattr(server, "should_exit", True))
+        # SIGTERM from the supervisor: drain (finish or cut in-flight requests), then exit cleanly.
+        drains = []
+        asyncio.get_running_loop().add_signal_handler(
+            signal.SIGTERM, lambda: drains or drains.append(asyncio.ensure_future(front.drain(server))))
         serving = asyncio.create_task(server.serve())
         while not server.started:
             if serving.done():
-                with contextlib.suppress(SystemExit, OSError):  # uvicorn exits on a bind failure
-                    serving.result()
+                serving.result()
+                if server.lifespan.should_exit:
+                    raise RuntimeError("the front end failed while starting (see the error above)")
                 # Usually another process took the port after resolution checked it: bad usage (2).
                 raise UsageError(f"the HTTP server could not listen on {settings.host}:{settings.port} "
                                  "(is another process using that port?); pick a free --port")
