@@ -279,6 +279,37 @@ def test_a_port_taken_after_resolution_is_a_usage_error_exit_2(capsys):
     assert "pick a free --port" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("environ,flag,words", [
+    ({"ACCORD_API_KEY": "k1", "ACCORD_API_KEY_FILE": "/x"}, None, "ACCORD_API_KEY and ACCORD_API_KEY_FILE"),
+    ({"ACCORD_API_KEY": "k1"}, "k2", "--api-key and ACCORD_API_KEY"),
+    ({"ACCORD_API_KEY_FILE": "/no/such/key"}, None, "cannot read"),
+    ({"ACCORD_API_KEY": ""}, None, "empty"),
+])
+def test_a_key_given_twice_or_unreadable_is_a_usage_error_without_the_key(environ, flag, words):
+    from engine.llm.http_server import secret
+    from resolver.errors import UsageError
+
+    with pytest.raises(UsageError, match=words) as caught:
+        secret("api_key", flag, environ)
+    assert "k1" not in str(caught.value) and "k2" not in str(caught.value)
+
+
+def test_the_api_key_can_come_from_a_file_and_appears_in_no_command_line_or_log(tmp_path, monkeypatch):
+    key = "file-key-0123456789"
+    (tmp_path / "key").write_text(key + "\n")
+    monkeypatch.setenv("ACCORD_API_KEY_FILE", str(tmp_path / "key"))
+    srv = Server(server_config(), tmp_path)
+    try:
+        assert httpx.get(f"{srv.url}/v1/models").status_code == 401
+        models = httpx.get(f"{srv.url}/v1/models", headers={"Authorization": f"Bearer {key}"})
+        assert models.status_code == 200
+        command_lines = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in [srv.proc.pid, *srv.pids.values()]]
+        assert all(key.encode() not in line for line in command_lines)
+    finally:
+        srv.stop()
+    assert key not in (tmp_path / "server.log").read_text()
+
+
 def test_launcher_front_end_and_detokenizer_do_not_import_torch():
     """Only scheduler ranks pay for torch; the launcher spawns them without waiting on it."""
     code = ("import sys, engine.llm.server, engine.llm.http_server, engine.llm.detokenizer; "

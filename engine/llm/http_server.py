@@ -16,6 +16,7 @@ import contextlib
 import hmac
 import itertools
 import json
+import os
 import signal
 import time
 import uuid
@@ -73,6 +74,39 @@ def error_response(message: str, status: int) -> JSONResponse:
 
 
 SECRET_KEYS = ("api_key", "admin_api_key")
+# Where a key can come from instead of argv (where `ps` shows it): an environment variable holding
+# the key, or one naming a file that holds it. SGLang itself only has --api-key / --admin-api-key.
+KEY_SOURCES = {"api_key": ("ACCORD_API_KEY", "ACCORD_API_KEY_FILE"),
+               "admin_api_key": ("ACCORD_ADMIN_API_KEY", "ACCORD_ADMIN_API_KEY_FILE")}
+
+
+def secret(name: str, from_config: str | None, environ) -> str | None:
+    """The key `name` from exactly one of: its flag, its environment variable, its file (named by
+    an environment variable). More than one, an unreadable or an empty file is a UsageError; the
+    key itself is never part of a message."""
+    variable, file_variable = KEY_SOURCES[name]
+    flag = "--" + name.replace("_", "-")
+    given = [what for what, present in ((flag, from_config is not None), (variable, variable in environ),
+                                        (file_variable, file_variable in environ)) if present]
+    if len(given) > 1:
+        raise UsageError(f"the {name.replace('_', ' ').replace('api', 'API')} is given more than once "
+                         f"({' and '.join(given)}); keep one of them.")
+    if file_variable in environ:
+        path = environ[file_variable]
+        try:
+            with open(path, encoding="utf-8") as fh:
+                value = fh.read().strip()
+        except OSError as err:
+            raise UsageError(f"{file_variable}={path}: cannot read the key file ({err.strerror}); "
+                             "point it at a readable file holding the key.") from None
+        if not value:
+            raise UsageError(f"{file_variable}={path}: the key file is empty; write the key into it.")
+        return value
+    if variable in environ:
+        if not environ[variable]:
+            raise UsageError(f"{variable} is set but empty; set it to the key or unset it.")
+        return environ[variable]
+    return from_config
 
 
 def redacted(info: dict) -> dict:
@@ -100,6 +134,8 @@ class FrontEnd:
         self.runtime: dict[int, dict] = {}
         self._queues: dict[str, asyncio.Queue] = {}
         self._next_group = itertools.cycle(range(len(endpoints.scheduler_inputs)))
+        self.api_key = secret("api_key", settings.api_key, os.environ)
+        self.admin_key = secret("admin_api_key", config.values.get("admin_api_key"), os.environ)
         self.watchdog_timeout = config.values.get("watchdog_timeout")
         self.heartbeats: dict[int, float] = {}  # DP group -> when its leader last reported
         self.stuck: str | None = None            # set once the watchdog fired
@@ -785,12 +821,12 @@ def build_app(front: FrontEnd) -> Starlette:
         info["runtime"] = {f"dp{d}": front.runtime[d] for d in sorted(front.runtime)}
         return JSONResponse(info)
 
-    admin_key = front.config.values.get("admin_api_key")
+    admin_key = front.admin_key
 
     def guarded(handler, public: bool = False, admin: bool = False):
         """API-key check (constant time); admin routes take --admin-api-key when one is set."""
         async def endpoint(request: Request) -> Response:
-            key = admin_key if admin and admin_key else front.settings.api_key
+            key = admin_key if admin and admin_key else front.api_key
             given = request.headers.get("authorization", "").encode()
             if key and not public and not hmac.compare_digest(given, f"Bearer {key}".encode()):
                 which = "admin API key" if admin and admin_key else "API key"

@@ -13,7 +13,7 @@ import signal
 import sys
 
 from engine.llm.detokenizer import run_detokenizer
-from engine.llm.http_server import DRAIN_EXIT_S, DRAIN_GRACE_S, run_http
+from engine.llm.http_server import DRAIN_EXIT_S, DRAIN_GRACE_S, run_http, secret
 from engine.llm.model_config import context_length, load_model_config
 from engine import ports
 from engine.llm.settings import EngineSettings
@@ -48,6 +48,9 @@ def serve(config: ResolvedConfig) -> int:
     model.check_parallel(topo.tp_size, topo.attn_tp_size, topo.pp_size)
     context_length(settings.context_length, model)
     front_end_here = topo.node_rank == 0
+    if front_end_here:  # the front end reads its keys again; checked here to fail before starting
+        secret("api_key", settings.api_key, os.environ)
+        secret("admin_api_key", config.values.get("admin_api_key"), os.environ)
     if front_end_here and not ports.port_is_free(settings.port, settings.host):
         raise UsageError(f"--port {settings.port} on {settings.host} is already in use; pick another "
                          "with --port.")
