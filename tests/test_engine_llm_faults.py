@@ -15,6 +15,7 @@ import time
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.test_engine_llm_server import Server, alive, server_config
 
@@ -27,18 +28,23 @@ def server(tmp_path_factory):
     assert [p for p in srv.pids.values() if alive(p)] == []
 
 
-def samples(server) -> dict[str, float]:
+def samples(server) -> dict[tuple, float]:
+    """/metrics parsed by prometheus-client's own parser: {(name, sorted labels): value}."""
     text = httpx.get(f"{server.url}/metrics", timeout=30).text
-    return {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
-            if line and not line.startswith("#")}
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def sample(server, name: str, **labels) -> float | None:
+    return samples(server).get((name, tuple(sorted({"model_name": "tiny-llama", **labels}.items()))))
 
 
 def aborted(server) -> float:
-    return samples(server).get('accord_requests_total{model_name="tiny-llama",outcome="aborted"}', 0.0)
+    return sample(server, "accord_requests_total", outcome="aborted") or 0.0
 
 
 def running(server) -> float:
-    return samples(server)['accord_num_requests_running{model_name="tiny-llama"}']
+    return sample(server, "accord_num_requests_running")
 
 
 def wait_for(condition, seconds: float = 60) -> bool:
@@ -71,6 +77,21 @@ def test_a_client_that_disconnects_aborts_its_request(server, path, body, stream
                 client.post(path, json=body)
     assert wait_for(lambda: aborted(server) == before + 1), "the request was aborted"
     assert wait_for(lambda: running(server) == 0), "nothing is left running"
+
+
+def test_metrics_show_the_schedulers_running_and_queued_requests_and_kv_usage(server):
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        with client.stream("POST", "/generate", json={"text": "load", "sampling_params": LONG,
+                                                      "stream": True}) as response:
+            assert next(line for line in response.iter_lines() if line.startswith("data: {"))
+            assert wait_for(lambda: sample(server, "accord_num_running_reqs", dp="0") == 1)
+            usage = sample(server, "accord_token_usage", dp="0")
+            capacity = sample(server, "accord_kv_capacity_tokens", dp="0")
+            assert 0 < usage <= 1 and capacity > 0
+            assert sample(server, "accord_kv_request_tokens", dp="0") >= 2000, "prompt + max_new_tokens reserved"
+            assert sample(server, "accord_num_queue_reqs", dp="0") == 0
+    assert wait_for(lambda: sample(server, "accord_num_running_reqs", dp="0") == 0)
+    assert wait_for(lambda: sample(server, "accord_token_usage", dp="0") == 0)
 
 
 def test_a_stopped_rank_fails_requests_then_health_and_the_server_exits_with_the_watchdog_code(tmp_path):

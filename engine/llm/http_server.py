@@ -167,6 +167,8 @@ class FrontEnd:
             message = unpack(await self._inbox.recv())
             if message["type"] in ("ready", "heartbeat"):
                 self.heartbeats[message["dp"]] = time.monotonic()
+            if message.get("stats") and self.metrics is not None:
+                self.metrics.scheduler_stats(message["dp"], message["stats"])
             if message["type"] == "ready":
                 self.runtime[message["dp"]] = message["runtime"]
             elif message["type"] == "outputs":
