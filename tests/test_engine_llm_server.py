@@ -159,6 +159,17 @@ def test_tp2_server_generates_the_tp1_tokens(client, expected):
         assert generate(client, prompt)["output_ids"] == expected[prompt]
 
 
+def test_tp2_logprobs_reach_the_front_end_with_the_tp1_tokens(client, expected):
+    """Logprobs are computed on the sampling rank and shared with the rest of the group."""
+    prompt = PROMPTS[0]
+    out = generate(client, prompt, return_logprob=True, top_logprobs_num=3, logprob_start_len=0)
+    info = out["meta_info"]
+    assert [t for _, t, _ in info["output_token_logprobs"]] == out["output_ids"] == expected[prompt]
+    for (chosen, _, _), top in zip(info["output_token_logprobs"], info["output_top_logprobs"]):
+        assert chosen == top[0][0] and [v for v, _, _ in top] == sorted((v for v, _, _ in top), reverse=True)
+    assert [t for _, t, _ in info["input_token_logprobs"]] == [256, *prompt.encode()]
+
+
 def test_concurrent_requests_each_get_their_own_output(client, expected):
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         outputs = list(pool.map(lambda p: generate(client, p)["output_ids"], PROMPTS * 2))
