@@ -48,14 +48,15 @@ HEALTH_GENERATE_TIMEOUT_S = 20.0
 WATCHDOG_POLL_S = 0.25
 # After the watchdog fires, /health answers 503 this long before the process exits (and the
 # supervisor tears the group down), so health checkers see why.
-WATCHDOG_EXIT_GRACE_S = 2.0
+WATCHDOG_EXIT_GRACE_S = 5.0
 
 
 # SIGTERM: stop accepting, give in-flight requests this long to finish, then end each one still
 # running with a JSON error (an error event for a stream) and exit. The supervisor waits for this
-# process for DRAIN_GRACE_S + DRAIN_EXIT_S before it stops the processes behind it.
+# process for DRAIN_GRACE_S + DRAIN_EXIT_S before it stops the processes behind it; uvicorn gives
+# open responses all but the last second of that (time to write the errors of cut requests).
 DRAIN_GRACE_S = 10.0
-DRAIN_EXIT_S = 3.0
+DRAIN_EXIT_S = 5.0
 
 
 class WatchdogTimeout(AccordError):
@@ -892,7 +893,7 @@ def run_http(config_data: dict, endpoints: Endpoints) -> None:
     front = FrontEnd(config, settings, load_model_config(settings.model_path), endpoints)
     server = _Server(uvicorn.Config(build_app(front), host=settings.host, port=settings.port,
                                     log_level="warning", access_log=False, lifespan="on",
-                                    timeout_graceful_shutdown=DRAIN_GRACE_S + DRAIN_EXIT_S / 2))
+                                    timeout_graceful_shutdown=DRAIN_GRACE_S + DRAIN_EXIT_S - 1))
 
     async def main() -> None:
         # SIGTERM from the supervisor: drain (finish or cut in-flight requests), then exit cleanly.

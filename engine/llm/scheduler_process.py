@@ -35,7 +35,7 @@ IDLE_WAIT_S = 1.0
 # while another one has work waiting to start.
 DP_ATTENTION_IDLE_WAIT_S = 0.02
 HEARTBEAT_S = 1.0
-RANK_WATCHDOG_MARGIN_S = 5.0
+RANK_WATCHDOG_MARGIN_S = 10.0
 
 
 class LoopWatchdog:
