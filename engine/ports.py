@@ -12,14 +12,20 @@ from the rendezvous address, so every node computes the same endpoints without t
     scheduler input of DP group d = port_base + 6 + d   (no separate DP controller process)
 
 torch.distributed rendezvous: tcp://<dist_init_addr>, or tcp://127.0.0.1:<nccl_port> on one node.
+
+The IPC directory is named after the supervising process (accord-ipc-<pid>-<random>): the
+supervisor removes it when it stops, and if it was SIGKILLed (so could not), the next server
+started by this user removes every such directory whose process is gone.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import socket
+import stat
 import tempfile
 
 from resolver.errors import UsageError
@@ -27,6 +33,8 @@ from resolver.errors import UsageError
 ZMQ_TCP_PORT_DELTA = 233
 FIXED_TCP_PORTS = 6
 MAX_PORT = 65535
+IPC_DIR_PREFIX = "accord-ipc-"
+_IPC_DIR_NAME = re.compile(re.escape(IPC_DIR_PREFIX) + r"(\d+)-")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +51,41 @@ class Endpoints:
         """Remove the private IPC directory (and every socket file in it)."""
         if self.ipc_dir and os.path.isdir(self.ipc_dir):
             shutil.rmtree(self.ipc_dir, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+def sweep_stale_ipc_dirs(parent: str | None = None) -> list[str]:
+    """Remove this user's IPC directories whose supervising process no longer exists (one that
+    was SIGKILLed could not remove its own); returns the paths removed."""
+    parent = parent or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for name in sorted(names):
+        match = _IPC_DIR_NAME.match(name)
+        path = os.path.join(parent, name)
+        if not match or _pid_alive(int(match.group(1))):
+            continue
+        try:
+            info = os.lstat(path)
+            if info.st_uid != os.getuid() or not stat.S_ISDIR(info.st_mode):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
 
 
 def parse_host_port(address: str, flag: str) -> tuple[str, int]:
@@ -98,7 +141,8 @@ def allocate(*, port: int, nccl_port: int | None, dist_init_addr: str | None, nn
             _require_free(nccl_port + w, "--nccl-port" if w == 0 else f"--nccl-port + {w} (DP replica {w})")
 
     if not dp_attention and nnodes == 1:
-        ipc_dir = tempfile.mkdtemp(prefix="accord-ipc-")
+        sweep_stale_ipc_dirs()
+        ipc_dir = tempfile.mkdtemp(prefix=f"{IPC_DIR_PREFIX}{os.getpid()}-")
         os.chmod(ipc_dir, 0o700)
         ipc = lambda name: f"ipc://{os.path.join(ipc_dir, name)}"  # noqa: E731
         return Endpoints(tokenizer=ipc("tokenizer"), detokenizer=ipc("detokenizer"),

@@ -6,8 +6,12 @@ linger holding ports, GPU memory or socket files. `ProcessGroup` gives that guar
 - children are started with multiprocessing's 'spawn' method (no inherited locks or CUDA state);
 - a child that raises reports its exception text to the parent over a private pipe (plain JSON
   bytes, never pickle) before exiting, so the parent can say *which* process died and *why*;
-- when any child exits, or the parent gets SIGINT/SIGTERM, every child is sent SIGTERM and, after
-  a short grace period, SIGKILL;
+- when any child exits, every child is sent SIGTERM and, after a short grace period, SIGKILL;
+- on SIGINT/SIGTERM (or `request_stop`) children marked with `drain` are stopped first and given
+  their drain period to finish what they were doing (a front end finishing in-flight requests
+  while the processes behind it keep running), then the rest are stopped as above;
+- `shutdown` returns only once every process it started has exited, the multiprocessing resource
+  tracker (which the 'spawn' method starts) included;
 - each child asks the kernel to kill it when the parent dies (PR_SET_PDEATHSIG on Linux; a
   parent-pid watchdog thread elsewhere), so not even a SIGKILLed parent leaves orphans.
 
@@ -119,6 +123,20 @@ def _child_main(name: str, parent_pid: int, conn, target: Callable, args: tuple,
         sys.exit(code)
 
 
+def _stop_resource_tracker() -> None:
+    """End the resource tracker 'spawn' started and wait for it, so nothing this process started
+    outlives it. It exits once every holder of its pipe closed it: the children are gone, so
+    closing ours ends it. (A private but long-standing CPython API; skipped where absent.)"""
+    from multiprocessing import resource_tracker
+
+    stop = getattr(getattr(resource_tracker, "_resource_tracker", None), "_stop", None)
+    if stop is not None:
+        try:
+            stop()
+        except (OSError, ChildProcessError):
+            pass
+
+
 class _Child:
     __slots__ = ("name", "process", "reader", "ready", "error")
 
@@ -147,6 +165,7 @@ class ProcessGroup:
         self._wake_writer.setblocking(False)
         self._closed = False
         self._cleanups: list[Callable[[], None]] = []
+        self._drain: dict[str, float] = {}
 
     def pids(self) -> dict[str, int | None]:
         """Process ids of the started children, by name."""
@@ -164,6 +183,11 @@ class ProcessGroup:
         writer.close()  # only the child writes; EOF on the reader then means the child is gone
         self._children.append(_Child(name, process, reader))
 
+    def drain(self, name: str, seconds: float) -> None:
+        """On a clean stop, SIGTERM child `name` first and wait up to `seconds` for it to exit
+        before stopping the others."""
+        self._drain[name] = seconds
+
     def add_cleanup(self, callback: Callable[[], None]) -> None:
         """Run `callback` in `shutdown()`, after every child is gone (e.g. remove socket files)."""
         self._cleanups.append(callback)
@@ -177,10 +201,12 @@ class ProcessGroup:
         `on_ready` is called once, in this thread, when all of them have.
         """
         restore = self._install_signal_handlers()
+        failure = None
         try:
             failure = self._watch(ready_timeout, on_ready)
         finally:
-            self.shutdown()  # still under our handlers: a second signal cannot cut the teardown short
+            # Still under our handlers: a second signal cannot cut the teardown short.
+            self.shutdown(drain=failure is None and self._stop_requested)
             self._restore_signal_handlers(restore)
         if failure is None:
             return 0
@@ -196,11 +222,18 @@ class ProcessGroup:
         except OSError:
             pass
 
-    def shutdown(self) -> None:
-        """Terminate every child (SIGTERM, then SIGKILL after a grace period) and wait for them."""
+    def shutdown(self, drain: bool = False) -> None:
+        """Terminate every child (SIGTERM, then SIGKILL after a grace period) and wait for them;
+        with `drain`, the children marked with `drain()` first, each given its drain period."""
         if self._closed:
             return
         self._closed = True
+        if drain:
+            first = [c for c in self._children if c.name in self._drain and c.process.is_alive()]
+            for child in first:
+                child.process.terminate()
+            for child in first:
+                child.process.join(self._drain[child.name])
         for child in self._children:
             if child.process.is_alive():
                 child.process.terminate()
@@ -214,6 +247,7 @@ class ProcessGroup:
         for child in self._children:
             child.reader.close()
             child.process.close()
+        _stop_resource_tracker()
         for callback in self._cleanups:
             callback()
         self._wake_reader.close()

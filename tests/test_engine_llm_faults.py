@@ -1,15 +1,21 @@
 """engine.llm.http_server under faults: a client that goes away stops costing compute, for every
-request kind (watched through the server's own /metrics).
+request kind (watched through the server's own /metrics); a stopped rank trips the watchdog;
+SIGTERM drains.
 
-One tp=1 server for the module.
+One tp=1 server for the disconnect tests; the watchdog and SIGTERM tests start their own.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import threading
 import time
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.test_engine_llm_server import Server, alive, server_config
 
@@ -22,18 +28,23 @@ def server(tmp_path_factory):
     assert [p for p in srv.pids.values() if alive(p)] == []
 
 
-def samples(server) -> dict[str, float]:
+def samples(server) -> dict[tuple, float]:
+    """/metrics parsed by prometheus-client's own parser: {(name, sorted labels): value}."""
     text = httpx.get(f"{server.url}/metrics", timeout=30).text
-    return {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
-            if line and not line.startswith("#")}
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def sample(server, name: str, **labels) -> float | None:
+    return samples(server).get((name, tuple(sorted({"model_name": "tiny-llama", **labels}.items()))))
 
 
 def aborted(server) -> float:
-    return samples(server).get('accord_requests_total{model_name="tiny-llama",outcome="aborted"}', 0.0)
+    return sample(server, "accord_requests_total", outcome="aborted") or 0.0
 
 
 def running(server) -> float:
-    return samples(server)['accord_num_requests_running{model_name="tiny-llama"}']
+    return sample(server, "accord_num_requests_running")
 
 
 def wait_for(condition, seconds: float = 60) -> bool:
@@ -68,12 +79,25 @@ def test_a_client_that_disconnects_aborts_its_request(server, path, body, stream
     assert wait_for(lambda: running(server) == 0), "nothing is left running"
 
 
+def test_metrics_show_the_schedulers_running_and_queued_requests_and_kv_usage(server):
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        with client.stream("POST", "/generate", json={"text": "load", "sampling_params": LONG,
+                                                      "stream": True}) as response:
+            lines = response.iter_lines()  # kept: dropping it would close the stream
+            assert next(line for line in lines if line.startswith("data: {"))
+            assert wait_for(lambda: sample(server, "accord_num_running_reqs", dp="0") == 1)
+            usage = sample(server, "accord_token_usage", dp="0")
+            capacity = sample(server, "accord_kv_capacity_tokens", dp="0")
+            assert 0 < usage <= 1 and capacity > 0
+            assert sample(server, "accord_kv_request_tokens", dp="0") >= 2000, "prompt + max_new_tokens reserved"
+            assert sample(server, "accord_num_queue_reqs", dp="0") == 0
+    assert wait_for(lambda: sample(server, "accord_num_running_reqs", dp="0") == 0)
+    assert wait_for(lambda: sample(server, "accord_token_usage", dp="0") == 0)
+
+
 def test_a_stopped_rank_fails_requests_then_health_and_the_server_exits_with_the_watchdog_code(tmp_path):
     """SIGSTOP on the scheduler rank: after --watchdog-timeout the request in flight gets a JSON
     503 naming the watchdog, /health turns 503, and the whole group goes down with EXIT_WATCHDOG."""
-    import os
-    import signal
-
     from engine.supervisor import EXIT_WATCHDOG
 
     srv = Server(server_config(watchdog_timeout=2), tmp_path)
@@ -89,4 +113,56 @@ def test_a_stopped_rank_fails_requests_then_health_and_the_server_exits_with_the
     finally:
         srv.stop()
     assert [p for p in srv.pids.values() if alive(p)] == [], "the stopped rank was killed too"
+    assert srv.new_ipc_dirs() == set()
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+    return found
+
+
+def test_sigterm_drains_running_requests_and_cuts_the_rest_with_json_errors(tmp_path):
+    """SIGTERM: a request that finishes within the drain period gets its full answer, one that
+    does not gets a JSON error event; the supervisor exits 0 after every process it started
+    (the multiprocessing resource tracker too), and no rank aborts on the way down."""
+    from engine.llm.http_server import DRAIN_GRACE_S
+
+    srv = Server(server_config(enable_metrics=True), tmp_path)
+    started = children_of(srv.proc.pid)
+    results = {}
+
+    def short():
+        results["short"] = httpx.post(f"{srv.url}/generate", timeout=120, json={
+            "text": "short", "sampling_params": {**LONG, "max_new_tokens": 60}})
+
+    try:
+        with httpx.Client(base_url=srv.url, timeout=120) as client:
+            with client.stream("POST", "/generate", json={"text": "long", "sampling_params": LONG,
+                                                          "stream": True}) as response:
+                lines = response.iter_lines()
+                assert next(line for line in lines if line.startswith("data: {"))
+                worker = threading.Thread(target=short)
+                worker.start()
+                assert wait_for(lambda: running(srv) == 2)
+                srv.proc.send_signal(signal.SIGTERM)
+                events = [line for line in lines if line.startswith("data: ")]
+            worker.join(DRAIN_GRACE_S + 30)
+        error = json.loads(next(e for e in events if '"error"' in e)[len("data: "):])["error"]
+        assert error["code"] == 503 and "shutting down" in error["message"]
+        assert events[-1] == "data: [DONE]"
+        assert results["short"].status_code == 200
+        assert results["short"].json()["meta_info"]["completion_tokens"] == 60, "finished, not cut"
+        assert srv.proc.wait(60) == 0
+        assert "terminate called" not in srv.output()
+    finally:
+        srv.stop()
+    assert [p for p in [*srv.pids.values(), *started] if alive(p)] == [], "every child has exited"
     assert srv.new_ipc_dirs() == set()

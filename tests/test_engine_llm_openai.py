@@ -285,13 +285,18 @@ def test_a_body_over_the_limit_is_a_413(http):
 
 def test_metrics_count_requests_and_tokens_in_prometheus_format(client, server):
     client.completions.create(model=MODEL, prompt="count me", **GREEDY)
+    from prometheus_client.parser import text_string_to_metric_families
+
     text = httpx.get(f"{server.url}/metrics", timeout=30).text
-    samples = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
-               if line and not line.startswith("#")}
-    assert samples[f'accord_requests_total{{model_name="{MODEL}",outcome="finished"}}'] >= 1
-    assert samples[f'accord_generation_tokens_total{{model_name="{MODEL}"}}'] >= 8
-    assert samples[f'accord_time_to_first_token_seconds_count{{model_name="{MODEL}"}}'] >= 1
-    assert f'accord_num_requests_running{{model_name="{MODEL}"}}' in samples
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    model = ("model_name", MODEL)
+    assert samples[("accord_requests_total", (model, ("outcome", "finished")))] >= 1
+    assert samples[("accord_generation_tokens_total", (model,))] >= 8
+    assert samples[("accord_time_to_first_token_seconds_count", (model,))] >= 1
+    assert ("accord_num_requests_running", (model,)) in samples
+    assert samples[("accord_kv_capacity_tokens", (("dp", "0"), model))] > 0
+    assert 0 <= samples[("accord_token_usage", (("dp", "0"), model))] <= 1
 
 
 def test_flush_cache_makes_the_next_request_recompute_its_prefix(http):

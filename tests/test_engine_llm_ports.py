@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import subprocess
+import sys
 
 import pytest
 import zmq
@@ -60,3 +62,36 @@ def test_rendezvous_problems_are_usage_errors():
         with pytest.raises(UsageError, match=f"port {taken} .*already in use"):
             ports.allocate(port=30000, nccl_port=taken, dist_init_addr=None, nnodes=1, dp_size=1,
                            dp_attention=False, worlds=1)
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_stale_ipc_dirs_of_dead_supervisors_are_swept_and_live_ones_kept(tmp_path):
+    stale = tmp_path / f"{ports.IPC_DIR_PREFIX}{dead_pid()}-abc"
+    live = tmp_path / f"{ports.IPC_DIR_PREFIX}{os.getpid()}-def"
+    other = tmp_path / "accord-ipc-unrelated"
+    for path in (stale, live, other):
+        path.mkdir()
+    (stale / "tokenizer").write_text("")
+    assert ports.sweep_stale_ipc_dirs(str(tmp_path)) == [str(stale)]
+    assert not stale.exists() and live.exists() and other.exists()
+
+
+def test_the_ipc_dir_of_a_sigkilled_supervisor_is_removed_by_the_next_start():
+    script = ("from engine import ports; import time\n"
+              "e = ports.allocate(port=30000, nccl_port=None, dist_init_addr=None, nnodes=1, dp_size=1, "
+              "dp_attention=False, worlds=1)\n"
+              "print(e.ipc_dir, flush=True); time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    ipc_dir = proc.stdout.readline().strip()
+    proc.kill()
+    proc.wait()
+    assert os.path.isdir(ipc_dir), "a SIGKILLed process cannot clean up after itself"
+    endpoints = ports.allocate(port=30000, nccl_port=None, dist_init_addr=None, nnodes=1, dp_size=1,
+                               dp_attention=False, worlds=1)
+    endpoints.cleanup()
+    assert not os.path.exists(ipc_dir)

@@ -141,3 +141,19 @@ def test_flush_cache_frees_every_cached_prefix_and_the_next_request_recomputes()
     assert sched.cache.cached_pages == 0 and sched.pool.free_pages == 8
     sched.handle(gen("b", prompt, 2))
     assert run_step(sched).reqs[0].prefix_len == 0
+
+
+def test_stats_count_running_and_queued_requests_and_the_kv_they_hold():
+    sched = make(pages=8, page_size=4, max_running_requests=1)
+    sched.handle(gen("a", [1, 2, 3, 4, 5], 3))
+    sched.handle(gen("b", [6, 7], 3))
+    assert sched.stats()["queued"] == 2 and sched.stats()["kv_request_tokens"] == 0
+    run_step(sched)
+    stats = sched.stats()
+    assert (stats["running"], stats["queued"]) == (1, 1)
+    assert stats["kv_request_tokens"] >= 5 + 3, "the prompt plus max_new_tokens is reserved"
+    assert stats["kv_capacity_tokens"] == 32
+    run_all(sched)
+    stats = sched.stats()
+    assert (stats["running"], stats["queued"], stats["kv_request_tokens"]) == (0, 0, 0)
+    assert stats["kv_cached_tokens"] > 0, "finished prompts stay in the prefix cache"

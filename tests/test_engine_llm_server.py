@@ -10,6 +10,7 @@ import concurrent.futures
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -158,6 +159,17 @@ def test_tp2_server_generates_the_tp1_tokens(client, expected):
         assert generate(client, prompt)["output_ids"] == expected[prompt]
 
 
+def test_tp2_logprobs_reach_the_front_end_with_the_tp1_tokens(client, expected):
+    """Logprobs are computed on the sampling rank and shared with the rest of the group."""
+    prompt = PROMPTS[0]
+    out = generate(client, prompt, return_logprob=True, top_logprobs_num=3, logprob_start_len=0)
+    info = out["meta_info"]
+    assert [t for _, t, _ in info["output_token_logprobs"]] == out["output_ids"] == expected[prompt]
+    for (chosen, _, _), top in zip(info["output_token_logprobs"], info["output_top_logprobs"]):
+        assert chosen == top[0][0] and [v for v, _, _ in top] == sorted((v for v, _, _ in top), reverse=True)
+    assert [t for _, t, _ in info["input_token_logprobs"]] == [256, *prompt.encode()]
+
+
 def test_concurrent_requests_each_get_their_own_output(client, expected):
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         outputs = list(pool.map(lambda p: generate(client, p)["output_ids"], PROMPTS * 2))
@@ -257,6 +269,56 @@ def test_a_killed_rank_tears_everything_down(tmp_path):
     assert srv.new_ipc_dirs() == set()
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{srv.url}/health")
+
+
+def test_a_port_taken_after_resolution_is_a_usage_error_exit_2(capsys):
+    """The bind race (the port was free when checked, taken when the front end binds it) is bad
+    usage, exit 2, naming the port; never 3, which means "no legal configuration"."""
+    from engine.llm.http_server import run_http
+    from resolver.errors import EXIT_USAGE
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        config = server_config(port=holder.getsockname()[1])
+        endpoints = allocate(port=config.values["port"], nccl_port=None, dist_init_addr=None, nnodes=1,
+                             dp_size=1, dp_attention=False, worlds=1)
+        group = ProcessGroup("accord serve")
+        group.add_cleanup(endpoints.cleanup)
+        group.start("http", run_http, config.to_dict(), endpoints)
+        assert group.run(ready_timeout=120) == EXIT_USAGE == 2
+    assert "pick a free --port" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("environ,flag,words", [
+    ({"ACCORD_API_KEY": "k1", "ACCORD_API_KEY_FILE": "/x"}, None, "ACCORD_API_KEY and ACCORD_API_KEY_FILE"),
+    ({"ACCORD_API_KEY": "k1"}, "k2", "--api-key and ACCORD_API_KEY"),
+    ({"ACCORD_API_KEY_FILE": "/no/such/key"}, None, "cannot read"),
+    ({"ACCORD_API_KEY": ""}, None, "empty"),
+])
+def test_a_key_given_twice_or_unreadable_is_a_usage_error_without_the_key(environ, flag, words):
+    from engine.llm.http_server import secret
+    from resolver.errors import UsageError
+
+    with pytest.raises(UsageError, match=words) as caught:
+        secret("api_key", flag, environ)
+    assert "k1" not in str(caught.value) and "k2" not in str(caught.value)
+
+
+def test_the_api_key_can_come_from_a_file_and_appears_in_no_command_line_or_log(tmp_path, monkeypatch):
+    key = "file-key-0123456789"
+    (tmp_path / "key").write_text(key + "\n")
+    monkeypatch.setenv("ACCORD_API_KEY_FILE", str(tmp_path / "key"))
+    srv = Server(server_config(), tmp_path)
+    try:
+        assert httpx.get(f"{srv.url}/v1/models").status_code == 401
+        models = httpx.get(f"{srv.url}/v1/models", headers={"Authorization": f"Bearer {key}"})
+        assert models.status_code == 200
+        command_lines = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in [srv.proc.pid, *srv.pids.values()]]
+        assert all(key.encode() not in line for line in command_lines)
+    finally:
+        srv.stop()
+    assert key not in (tmp_path / "server.log").read_text()
 
 
 def test_launcher_front_end_and_detokenizer_do_not_import_torch():

@@ -36,6 +36,17 @@ def refuse_usage() -> None:
     raise UsageError("--tp-size 3 does not divide 4 heads")
 
 
+def note_sigterm_then_exit(path: str, linger: float) -> None:
+    """Record when SIGTERM came, keep running `linger` seconds (finishing work), then exit."""
+    def on_term(signum, frame):
+        Path(path).write_text(f"{time.monotonic()}")
+        time.sleep(linger)
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    serve_forever()
+
+
 def alive(pid: int) -> bool:
     """True while `pid` is a live (non-zombie) process."""
     try:
@@ -132,6 +143,26 @@ def test_cleanups_run_after_every_child_is_gone():
     assert seen == [False]
 
 
+def test_a_clean_stop_drains_the_marked_child_before_stopping_the_others(tmp_path):
+    group = ProcessGroup("demo")
+    group.start("front", note_sigterm_then_exit, str(tmp_path / "front"), 1.0)
+    group.start("back", note_sigterm_then_exit, str(tmp_path / "back"), 0.0)
+    group.drain("front", 10.0)
+    assert group.run(ready_timeout=60, on_ready=lambda: threading.Timer(0.2, group.request_stop).start()) == 0
+    front, back = (float((tmp_path / n).read_text()) for n in ("front", "back"))
+    assert back - front >= 1.0, "the others are stopped only once the drained child has exited"
+
+
+def test_a_failure_does_not_wait_for_the_drain(tmp_path, capsys):
+    group = ProcessGroup("demo")
+    group.start("front", note_sigterm_then_exit, str(tmp_path / "front"), 30.0)
+    group.start("worker", fail_after, 0.3, "boom")
+    group.drain("front", 60.0)
+    started = time.monotonic()
+    assert group.run(ready_timeout=60) == 1
+    assert time.monotonic() - started < 30, "a failed group is torn down, not drained"
+
+
 def test_duplicate_child_names_are_refused():
     group = ProcessGroup("demo")
     try:
@@ -173,6 +204,28 @@ def test_sigterm_to_the_parent_stops_every_child_and_exits_zero():
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(15) == 0
     assert wait_gone(pids, 1.0) == []
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except FileNotFoundError:
+                pass
+    return found
+
+
+def test_the_parent_exits_only_after_every_process_it_started_the_resource_tracker_included():
+    proc, pids = _start_parent()
+    started = children_of(proc.pid)
+    assert set(pids) < set(started), "spawn starts the resource tracker besides the children"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(15) == 0
+    assert [p for p in started if alive(p)] == []
 
 
 def test_children_die_when_the_parent_is_killed_outright():

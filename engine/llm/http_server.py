@@ -16,6 +16,7 @@ import contextlib
 import hmac
 import itertools
 import json
+import os
 import signal
 import time
 import uuid
@@ -47,7 +48,15 @@ HEALTH_GENERATE_TIMEOUT_S = 20.0
 WATCHDOG_POLL_S = 0.25
 # After the watchdog fires, /health answers 503 this long before the process exits (and the
 # supervisor tears the group down), so health checkers see why.
-WATCHDOG_EXIT_GRACE_S = 2.0
+WATCHDOG_EXIT_GRACE_S = 5.0
+
+
+# SIGTERM: stop accepting, give in-flight requests this long to finish, then end each one still
+# running with a JSON error (an error event for a stream) and exit. The supervisor waits for this
+# process for DRAIN_GRACE_S + DRAIN_EXIT_S before it stops the processes behind it; uvicorn gives
+# open responses all but the last second of that (time to write the errors of cut requests).
+DRAIN_GRACE_S = 10.0
+DRAIN_EXIT_S = 5.0
 
 
 class WatchdogTimeout(AccordError):
@@ -66,6 +75,39 @@ def error_response(message: str, status: int) -> JSONResponse:
 
 
 SECRET_KEYS = ("api_key", "admin_api_key")
+# Where a key can come from instead of argv (where `ps` shows it): an environment variable holding
+# the key, or one naming a file that holds it. SGLang itself only has --api-key / --admin-api-key.
+KEY_SOURCES = {"api_key": ("ACCORD_API_KEY", "ACCORD_API_KEY_FILE"),
+               "admin_api_key": ("ACCORD_ADMIN_API_KEY", "ACCORD_ADMIN_API_KEY_FILE")}
+
+
+def secret(name: str, from_config: str | None, environ) -> str | None:
+    """The key `name` from exactly one of: its flag, its environment variable, its file (named by
+    an environment variable). More than one, an unreadable or an empty file is a UsageError; the
+    key itself is never part of a message."""
+    variable, file_variable = KEY_SOURCES[name]
+    flag = "--" + name.replace("_", "-")
+    given = [what for what, present in ((flag, from_config is not None), (variable, variable in environ),
+                                        (file_variable, file_variable in environ)) if present]
+    if len(given) > 1:
+        raise UsageError(f"the {name.replace('_', ' ').replace('api', 'API')} is given more than once "
+                         f"({' and '.join(given)}); keep one of them.")
+    if file_variable in environ:
+        path = environ[file_variable]
+        try:
+            with open(path, encoding="utf-8") as fh:
+                value = fh.read().strip()
+        except OSError as err:
+            raise UsageError(f"{file_variable}={path}: cannot read the key file ({err.strerror}); "
+                             "point it at a readable file holding the key.") from None
+        if not value:
+            raise UsageError(f"{file_variable}={path}: the key file is empty; write the key into it.")
+        return value
+    if variable in environ:
+        if not environ[variable]:
+            raise UsageError(f"{variable} is set but empty; set it to the key or unset it.")
+        return environ[variable]
+    return from_config
 
 
 def redacted(info: dict) -> dict:
@@ -93,9 +135,12 @@ class FrontEnd:
         self.runtime: dict[int, dict] = {}
         self._queues: dict[str, asyncio.Queue] = {}
         self._next_group = itertools.cycle(range(len(endpoints.scheduler_inputs)))
+        self.api_key = secret("api_key", settings.api_key, os.environ)
+        self.admin_key = secret("admin_api_key", config.values.get("admin_api_key"), os.environ)
         self.watchdog_timeout = config.values.get("watchdog_timeout")
         self.heartbeats: dict[int, float] = {}  # DP group -> when its leader last reported
         self.stuck: str | None = None            # set once the watchdog fired
+        self.draining = False                    # set on SIGTERM: no new requests
         self.metrics = None
         if config.values.get("enable_metrics"):
             from engine.llm.metrics import Metrics  # prometheus-client only when asked for
@@ -123,6 +168,8 @@ class FrontEnd:
             message = unpack(await self._inbox.recv())
             if message["type"] in ("ready", "heartbeat"):
                 self.heartbeats[message["dp"]] = time.monotonic()
+            if message.get("stats") and self.metrics is not None:
+                self.metrics.scheduler_stats(message["dp"], message["stats"])
             if message["type"] == "ready":
                 self.runtime[message["dp"]] = message["runtime"]
             elif message["type"] == "outputs":
@@ -143,10 +190,24 @@ class FrontEnd:
             if self.ready and silent:
                 self.stuck = (f"watchdog: scheduler group dp{silent[0]} made no progress for more than "
                               f"{self.watchdog_timeout:g} s (--watchdog-timeout); the server is shutting down")
-                for rid, queue in self._queues.items():
-                    queue.put_nowait({"rid": rid, "error": self.stuck, "error_code": 503})
+                self.fail_all(self.stuck, 503)
                 await asyncio.sleep(WATCHDOG_EXIT_GRACE_S)
                 raise WatchdogTimeout(self.stuck)
+
+    def fail_all(self, message: str, status: int) -> None:
+        """End every request in flight with an error (each one's handler answers it as JSON)."""
+        for rid, queue in self._queues.items():
+            queue.put_nowait({"rid": rid, "error": message, "error_code": status})
+
+    async def drain(self, server) -> None:
+        """SIGTERM: refuse new requests, let running ones finish for DRAIN_GRACE_S, cut the rest."""
+        self.draining = True
+        server.should_exit = True  # uvicorn stops listening and waits for open responses
+        deadline = time.monotonic() + DRAIN_GRACE_S
+        while self._queues and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        self.fail_all(f"the server is shutting down (SIGTERM) and this request did not finish within "
+                      f"the {DRAIN_GRACE_S:g} s drain period", 503)
 
     def check_prompt(self, input_ids: list[int], max_new_tokens: int) -> None:
         if not input_ids:
@@ -174,6 +235,8 @@ class FrontEnd:
         {"top": alternatives per position, "start": first prompt position, or None for none}."""
         if self.stuck:
             raise BadRequest(self.stuck, 503)
+        if self.draining:
+            raise BadRequest("the server is shutting down (SIGTERM); no new requests are taken", 503)
         self.check_prompt(input_ids, params.max_new_tokens)
         self.check_token_ids(params)
         if rid in self._queues:
@@ -761,12 +824,12 @@ def build_app(front: FrontEnd) -> Starlette:
         info["runtime"] = {f"dp{d}": front.runtime[d] for d in sorted(front.runtime)}
         return JSONResponse(info)
 
-    admin_key = front.config.values.get("admin_api_key")
+    admin_key = front.admin_key
 
     def guarded(handler, public: bool = False, admin: bool = False):
         """API-key check (constant time); admin routes take --admin-api-key when one is set."""
         async def endpoint(request: Request) -> Response:
-            key = admin_key if admin and admin_key else front.settings.api_key
+            key = admin_key if admin and admin_key else front.api_key
             given = request.headers.get("authorization", "").encode()
             if key and not public and not hmac.compare_digest(given, f"Bearer {key}".encode()):
                 which = "admin API key" if admin and admin_key else "API key"
@@ -813,6 +876,15 @@ class _Server(uvicorn.Server):
     def capture_signals(self):
         return contextlib.nullcontext()
 
+    async def startup(self, sockets=None):
+        """uvicorn ends the whole process with sys.exit(3) when it cannot bind, and 3 is the code
+        for "no legal configuration"; here a failed startup just ends serve(), and run_http
+        turns it into the error it is."""
+        try:
+            await super().startup(sockets)
+        except SystemExit:
+            self.should_exit = True
+
 
 def run_http(config_data: dict, endpoints: Endpoints) -> None:
     """Process entry point."""
@@ -821,16 +893,19 @@ def run_http(config_data: dict, endpoints: Endpoints) -> None:
     front = FrontEnd(config, settings, load_model_config(settings.model_path), endpoints)
     server = _Server(uvicorn.Config(build_app(front), host=settings.host, port=settings.port,
                                     log_level="warning", access_log=False, lifespan="on",
-                                    timeout_graceful_shutdown=1))
+                                    timeout_graceful_shutdown=DRAIN_GRACE_S + DRAIN_EXIT_S - 1))
 
     async def main() -> None:
-        # SIGTERM from the supervisor: let uvicorn finish open responses and exit cleanly.
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, lambda: setattr(server, "should_exit", True))
+        # SIGTERM from the supervisor: drain (finish or cut in-flight requests), then exit cleanly.
+        drains = []
+        asyncio.get_running_loop().add_signal_handler(
+            signal.SIGTERM, lambda: drains or drains.append(asyncio.ensure_future(front.drain(server))))
         serving = asyncio.create_task(server.serve())
         while not server.started:
             if serving.done():
-                with contextlib.suppress(SystemExit, OSError):  # uvicorn exits on a bind failure
-                    serving.result()
+                serving.result()
+                if server.lifespan.should_exit:
+                    raise RuntimeError("the front end failed while starting (see the error above)")
                 # Usually another process took the port after resolution checked it: bad usage (2).
                 raise UsageError(f"the HTTP server could not listen on {settings.host}:{settings.port} "
                                  "(is another process using that port?); pick a free --port")

@@ -336,6 +336,16 @@ class Scheduler:
                               "stop": list(req.params.stop), "error": None, "error_code": None,
                               "logprobs": logprobs})
 
+    def stats(self) -> dict[str, int]:
+        """Load figures for /metrics: requests running and waiting, KV pool pages in tokens
+        (held by requests, held by the prefix cache, capacity)."""
+        page = self.limits.page_size
+        used = self.pool.num_pages - self.pool.free_pages
+        cached = self.cache.cached_pages if self.cache is not None else 0
+        return {"running": len(self.running) + int(self.chunked is not None), "queued": len(self.waiting),
+                "kv_request_tokens": max(0, used - cached) * page, "kv_cached_tokens": cached * page,
+                "kv_capacity_tokens": self.pool.capacity_tokens}
+
     def take_outputs(self) -> list[dict[str, Any]]:
         outputs, self._outputs = self._outputs, []
         return outputs

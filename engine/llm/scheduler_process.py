@@ -6,7 +6,7 @@ one Worker step, and the leader pushes the outputs to the detokenizer. When idle
 broadcasts every IDLE_WAIT_S so waiting ranks never hit a collective timeout.
 
 Watchdog (--watchdog-timeout, upstream's default 300 s): the leader sends the front end a
-heartbeat at least every HEARTBEAT_S while its loop turns, so the front end notices a stuck group
+heartbeat (carrying its load figures for /metrics) at least every HEARTBEAT_S while its loop turns, so the front end notices a stuck group
 (and fails its requests and /health) after the timeout. Every rank also watches its own loop: one
 iteration (a forward step, or a collective waiting on a stopped peer) that takes longer than the
 timeout plus RANK_WATCHDOG_MARGIN_S ends the rank with EXIT_WATCHDOG, so a group never hangs
@@ -35,7 +35,7 @@ IDLE_WAIT_S = 1.0
 # while another one has work waiting to start.
 DP_ATTENTION_IDLE_WAIT_S = 0.02
 HEARTBEAT_S = 1.0
-RANK_WATCHDOG_MARGIN_S = 5.0
+RANK_WATCHDOG_MARGIN_S = 10.0
 
 
 class LoopWatchdog:
@@ -104,7 +104,7 @@ def run_scheduler(config_data: dict, rank: Rank, endpoints: Endpoints) -> None:
         if watchdog is not None:
             watchdog.tick()
         if outbox is not None and time.monotonic() - last_beat >= HEARTBEAT_S:
-            outbox.send(pack({"type": "heartbeat", "dp": rank.dp}))
+            outbox.send(pack({"type": "heartbeat", "dp": rank.dp, "stats": worker.scheduler.stats()}))
             last_beat = time.monotonic()
         payload = None
         if inbox is not None:

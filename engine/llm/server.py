@@ -9,10 +9,11 @@ ranks, all under one ProcessGroup: if any of them dies, all of them stop and the
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 from engine.llm.detokenizer import run_detokenizer
-from engine.llm.http_server import run_http
+from engine.llm.http_server import DRAIN_EXIT_S, DRAIN_GRACE_S, run_http, secret
 from engine.llm.model_config import context_length, load_model_config
 from engine import ports
 from engine.llm.settings import EngineSettings
@@ -26,7 +27,12 @@ def run_scheduler_rank(config_data: dict, rank, endpoints) -> None:
     parent (and of the front end and detokenizer), so the ranks start sooner.
 
     Triton fixes interpreter-or-GPU when a kernel module is first imported, which the import below
-    does; so a CPU rank that runs Triton kernels switches the interpreter on before it."""
+    does; so a CPU rank that runs Triton kernels switches the interpreter on before it.
+
+    SIGTERM ends a rank at once (the default action): it holds nothing that outlives it, and a
+    Python-level exit while torch.distributed threads run can abort with "terminate called
+    without an active exception"."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if EngineSettings.from_config(ResolvedConfig.from_dict(config_data)).triton_interpreted:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     from engine.llm.scheduler_process import run_scheduler
@@ -42,6 +48,9 @@ def serve(config: ResolvedConfig) -> int:
     model.check_parallel(topo.tp_size, topo.attn_tp_size, topo.pp_size)
     context_length(settings.context_length, model)
     front_end_here = topo.node_rank == 0
+    if front_end_here:  # the front end reads its keys again; checked here to fail before starting
+        secret("api_key", settings.api_key, os.environ)
+        secret("admin_api_key", config.values.get("admin_api_key"), os.environ)
     if front_end_here and not ports.port_is_free(settings.port, settings.host):
         raise UsageError(f"--port {settings.port} on {settings.host} is already in use; pick another "
                          "with --port.")
@@ -55,6 +64,7 @@ def serve(config: ResolvedConfig) -> int:
     try:
         if front_end_here:
             group.start("http", run_http, data, endpoints)
+            group.drain("http", DRAIN_GRACE_S + DRAIN_EXIT_S)
             group.start("detokenizer", run_detokenizer, data, endpoints)
         for rank in topo.ranks_on_this_node():
             group.start(rank.name, run_scheduler_rank, data, rank, endpoints)
