@@ -33,8 +33,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import yaml
-
 from resolver.catalog import RULES_DIR
 from resolver.errors import UsageError
 from resolver.model_facts import model_facts
@@ -43,7 +41,6 @@ from resolver.yamlcache import read_yaml_files
 PRESETS_DIR = RULES_DIR / "facts"
 PACKAGE_PREFIX = "packages."
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _VERSION = re.compile(r"\d+(\.\d+)*([-+.]?[0-9A-Za-z][0-9A-Za-z.+-]*)?")
 _PACKAGE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Keys a facts file or preset may carry besides facts: what it builds on and where its numbers
@@ -266,11 +263,13 @@ def _read_facts_file(path: Path) -> tuple[str | None, dict[str, Any]]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise UsageError(f"cannot read facts file {path}: {err}.") from None
+    import yaml  # here, not at the top: a preset or no facts file at all never needs it
+
     try:
         if path.suffix == ".json":
             data = json.loads(text)
         else:
-            data = yaml.load(text, Loader=_Loader)
+            data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except json.JSONDecodeError as err:
         raise UsageError(f"{path}, line {err.lineno}: not valid JSON ({err.msg}).") from None
     except yaml.YAMLError as err:

@@ -39,7 +39,6 @@ class Pinning:
         self._rule_reach = {id(rule): self._reach_all(_read_by(rule, hard=True)) for rule in plan.hard_rules}
         self._touching: dict[frozenset[str], list[Rule]] = {}
         self._linked: dict[frozenset[str], list[Rule]] = {}
-        self._depends: dict[frozenset[str], dict] = {}
         self._clean: set[tuple] = {()}  # pin sets whose example holds (no pins: the resolved config)
 
     def reach(self, name: str) -> frozenset[str]:
@@ -127,15 +126,14 @@ class Pinning:
 
     def _fixed(self, names: frozenset[str], rule: Rule) -> bool:
         """The rule reads no decision once `names` are pinned: no choice of the solver changes it."""
-        memo = self._depends.setdefault(names, {})
-        return not self.plan.depends(rule.constrained_flags, {**self.user, **dict.fromkeys(names)}, memo)
+        return not self.plan.rule_depends(rule, {**self.user, **dict.fromkeys(names)})
 
     def linked(self, names: frozenset[str]) -> list[Rule]:
         """The rules touching `names` plus every rule sharing a decision with them, transitively."""
         if names not in self._linked:
             keys = {**self.user, **dict.fromkeys(names)}
-            memo: dict[str, frozenset] = {}
-            deps = [(rule, self.plan.depends(rule.constrained_flags, keys, memo)) for rule in self.plan.hard_rules]
+            deps = [(rule, self.plan.rule_depends(rule, keys)) for rule in self.plan.hard_rules]
+            memo = self.plan.depends_memo(keys)
             chosen = {id(r) for r in self.touching(names)}
             variables: set[str] = set().union(*(d for r, d in deps if id(r) in chosen))
             grown = True

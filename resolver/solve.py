@@ -20,8 +20,6 @@ import dataclasses
 import graphlib
 from typing import Any, Iterable, Mapping
 
-from constraint import Problem
-
 from resolver.catalog import Catalog
 from resolver.expr import UnknownFact
 from resolver.rules import Rule, RuleSet
@@ -139,6 +137,11 @@ class Plan:
         # of the configuration.
         self.names = [name for name, flag in catalog.flags.items() if not flag.meta]
         self.order = {name: i for i, name in enumerate(catalog.flags)}
+        self._reads: dict[str, frozenset[str]] = {}
+        # What `depends` found, per set of user-set flag names: it reads only which flags are set,
+        # never their values, so every solve with the same flags set (the explanation's hundreds of
+        # checks, the dry run's pins, the next request of the UI) shares the work.
+        self._memos: dict[frozenset[str], tuple[dict[str, frozenset], dict[int, frozenset]]] = {}
 
     # -- decisions ---------------------------------------------------------------------------
 
@@ -190,8 +193,33 @@ class Plan:
             out |= memo[name]
         return frozenset(out)
 
-    def _prefer_reads(self, flag: str) -> set[str]:
-        return set().union(*(r.reads_flags for r in self.prefer_rules[flag]))
+    def _prefer_reads(self, flag: str) -> frozenset[str]:
+        reads = self._reads.get(flag)
+        if reads is None:
+            reads = self._reads[flag] = frozenset().union(*(r.reads_flags for r in self.prefer_rules[flag]))
+        return reads
+
+    def _memo(self, user: Mapping[str, Any]) -> tuple[dict[str, frozenset], dict[int, frozenset]]:
+        """(flag -> decisions it depends on, id(rule) -> decisions it constrains) for these set flags."""
+        key = frozenset(user)
+        memo = self._memos.get(key)
+        if memo is None:
+            if len(self._memos) >= 512:  # a long UI session: keep memory bounded
+                self._memos.clear()
+            memo = self._memos[key] = ({}, {})
+        return memo
+
+    def depends_memo(self, user: Mapping[str, Any]) -> dict[str, frozenset]:
+        """The shared memo for `depends` with these flags set."""
+        return self._memo(user)[0]
+
+    def rule_depends(self, rule: Rule, user: Mapping[str, Any]) -> frozenset:
+        """The decisions a hard rule's verdict depends on, given which flags the user set."""
+        memo, by_rule = self._memo(user)
+        deps = by_rule.get(id(rule))
+        if deps is None:
+            deps = by_rule[id(rule)] = self.depends(rule.constrained_flags, user, memo)
+        return deps
 
     # -- solving -----------------------------------------------------------------------------
 
@@ -235,8 +263,13 @@ class Plan:
         Returns (decisions, satisfiable, rules that could not be checked for lack of a fact, the
         rules that read decisions). Rules that read no decision are checked here, once.
         """
-        memo: dict[str, frozenset] = {}
-        rule_vars = [(rule, self.depends(rule.constrained_flags, user, memo)) for rule in rules]
+        memo, by_rule = self._memo(user)
+        rule_vars = []
+        for rule in rules:
+            deps = by_rule.get(id(rule))
+            if deps is None:
+                deps = by_rule[id(rule)] = self.depends(rule.constrained_flags, user, memo)
+            rule_vars.append((rule, deps))
         base = Env(self, user, facts, {})
         unknown: list[tuple[Rule, str]] = []
         for rule, deps in rule_vars:
@@ -310,6 +343,8 @@ class Plan:
         witness = Env(self, user, facts, trial)
         if all(holds(rule, witness) for rule, _ in rules):
             return True
+        from constraint import Problem  # only a search needs it; most solves never get here
+
         pending = set(undecided)
         problem = Problem()
         for var in undecided:
