@@ -240,7 +240,7 @@ def _preset(name: str) -> dict[str, Any]:
     path = PRESETS_DIR / f"{name}.yaml"
     if "/" in name or not path.is_file():
         raise UsageError(_unknown_preset_message(name))
-    base, facts = _read_facts_file(path)
+    base, facts = _read_facts_file(path, shipped=True)
     if base is not None:
         raise UsageError(f"{path}: a preset describes a whole machine and cannot build on "
                          f"another (remove 'preset: {base}').")
@@ -257,8 +257,19 @@ def _unknown_preset_message(name: str) -> str:
             f"a YAML/JSON facts file, or 'probe' for this machine.")
 
 
-def _read_facts_file(path: Path) -> tuple[str | None, dict[str, Any]]:
-    """(the preset it builds on or None, its facts) for a YAML or JSON facts file."""
+def _read_facts_file(path: Path, shipped: bool = False) -> tuple[str | None, dict[str, Any]]:
+    """(the preset it builds on or None, its facts) for a YAML or JSON facts file.
+
+    A `shipped` file (a preset) is parsed through the YAML cache, so a cold start needs no YAML
+    parser; anything that cache cannot read as one document is parsed below, with its message."""
+    documents = None
+    if shipped and path.suffix != ".json":
+        try:
+            documents = read_yaml_files([path])[0]
+        except UsageError:
+            documents = None
+    if documents is not None and len(documents) <= 1:
+        return _facts_from_data(path, documents[0] if documents else None)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
@@ -277,6 +288,10 @@ def _read_facts_file(path: Path) -> tuple[str | None, dict[str, Any]]:
         where = f"{path}, line {mark.line + 1}" if mark else str(path)
         problem = getattr(err, "problem", None) or "not valid YAML"
         raise UsageError(f"{where}: not valid YAML ({problem}).") from None
+    return _facts_from_data(path, data)
+
+
+def _facts_from_data(path: Path, data: Any) -> tuple[str | None, dict[str, Any]]:
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -28,19 +28,36 @@ class _CycleError(Exception):
     """A default that reads itself through other defaults (`accord rules --lint` rejects these)."""
 
 
+class Shared:
+    """What one pair of user values and facts gives whatever the decisions, shared by its Envs.
+
+    A derived flag that reads no decision (through its default rules, given which flags are set)
+    has the same value in every assignment, and a hard rule that reads no decision the same verdict,
+    so each is computed once per pair instead of once per trial assignment of the search.
+    """
+
+    __slots__ = ("derived", "verdicts", "depends")
+
+    def __init__(self, depends: dict[str, frozenset]):
+        self.derived: dict[str, tuple[Any, str | None]] = {}
+        self.verdicts: dict[int, Any] = {}    # id(rule) -> True, False or the missing fact's key
+        self.depends = depends                # the plan's `depends` memo for these set flags
+
+
 class Env:
     """The values one (partial) assignment gives every flag; derived flags are computed on demand."""
 
-    __slots__ = ("plan", "user", "facts", "decided", "_derived", "_busy")
+    __slots__ = ("plan", "user", "facts", "decided", "_derived", "_busy", "_shared")
 
     def __init__(self, plan: "Plan", user: Mapping[str, Any], facts: Mapping[str, Any],
-                 decided: Mapping[str, Any]):
+                 decided: Mapping[str, Any], shared: Shared | None = None):
         self.plan = plan
         self.user = user
         self.facts = facts
         self.decided = decided
         self._derived: dict[str, tuple[Any, str | None]] = {}
         self._busy: set[str] = set()
+        self._shared = shared
 
     def fact(self, key: str) -> Any:
         try:
@@ -59,16 +76,27 @@ class Env:
             return self.user[name]
         if name in self.decided:
             return self.decided[name]
+        # A derived value computed already (the common case: answered without another call).
+        found = self._derived.get(name)
+        if found is None and self._shared is not None:
+            found = self._shared.derived.get(name)
+        if found is not None:
+            return found[0]
         if name in self.plan.prefer_rules:
             # An undecided decision read before it is decided: its most preferred candidate.
-            candidates = self.plan.candidates(name, self)
-            return candidates[0][0] if candidates else self.plan.catalog[name].default
+            return self.plan.candidates(name, self)[0][0]
         return self.derived(name)[0]
 
     def derived(self, name: str) -> tuple[Any, str | None]:
         """Value of an unset non-decision flag and the id of the default rule that produced it."""
-        if name in self._derived:
-            return self._derived[name]
+        found = self._derived.get(name)
+        if found is not None:
+            return found
+        shared = self._shared
+        if shared is not None:
+            found = shared.derived.get(name)
+            if found is not None:
+                return found
         if name in self._busy:
             raise _CycleError(name)
         self._busy.add(name)
@@ -76,13 +104,20 @@ class Env:
             result: tuple[Any, str | None] = (self.plan.catalog[name].default, None)
             for rule in self.plan.default_rules.get(name, ()):
                 try:
-                    if rule.when is None or rule.when(self):
-                        result = (rule.value(self), rule.id)
+                    if rule.when is None or rule.when._fn(self):
+                        result = (rule.value._fn(self), rule.id)
                         break
                 except UnknownFact:
                     continue
         finally:
             self._busy.discard(name)
+        if shared is not None:
+            deps = shared.depends.get(name)
+            if deps is None:
+                deps = self.plan.depends((name,), self.user, shared.depends)
+            if not deps:
+                shared.derived[name] = result
+                return result
         self._derived[name] = result
         return result
 
@@ -100,10 +135,10 @@ class Outcome:
 
 def check(rule: Rule, env: Env) -> bool:
     """True when a hard rule holds in `env`. Raises UnknownFact when it cannot be decided."""
-    applies = rule.when is None or bool(rule.when(env))
+    applies = rule.when is None or bool(rule.when._fn(env))
     if rule.kind == "conflict":
         return not applies
-    return (not applies) or bool(rule.require(env))
+    return (not applies) or bool(rule.require._fn(env))
 
 
 def holds(rule: Rule, env: Env) -> bool:
@@ -142,6 +177,8 @@ class Plan:
         # never their values, so every solve with the same flags set (the explanation's hundreds of
         # checks, the dry run's pins, the next request of the UI) shares the work.
         self._memos: dict[frozenset[str], tuple[dict[str, frozenset], dict[int, frozenset]]] = {}
+        self._structures: dict[tuple, tuple] = {}
+        self._shared: dict[tuple[str, str], Shared] = {}
 
     # -- decisions ---------------------------------------------------------------------------
 
@@ -161,14 +198,14 @@ class Plan:
         """Candidates of a decision in `env`: the first matching prefer rule's eligible values."""
         for rule in self.prefer_rules[flag]:
             try:
-                if rule.when is not None and not rule.when(env):
+                if rule.when is not None and not rule.when._fn(env):
                     continue
             except UnknownFact:
                 continue
             out = []
             for cand in rule.values:
                 try:
-                    if cand.when is None or cand.when(env):
+                    if cand.when is None or cand.when._fn(env):
                         out.append((cand.value, rule.id))
                 except UnknownFact:
                     continue
@@ -227,8 +264,9 @@ class Plan:
               hard_rules: list[Rule] | None = None) -> Outcome:
         """Resolve every flag. `hard_rules` narrows the constraints (used by explanations)."""
         rules = self.hard_rules if hard_rules is None else hard_rules
-        decided, ok, unknown, constrained = self._decide(user, facts, rules)
-        env = Env(self, user, facts, decided)
+        shared = self.shared(user, facts)
+        decided, ok, unknown, constrained = self._decide(user, facts, rules, shared)
+        env = Env(self, user, facts, decided, shared)
         values: dict[str, Any] = {}
         origin: dict[str, str | None] = {}
         for name in self.names:
@@ -255,14 +293,33 @@ class Plan:
     def satisfiable(self, user: Mapping[str, Any], facts: Mapping[str, Any],
                     hard_rules: list[Rule] | None = None) -> bool:
         rules = self.hard_rules if hard_rules is None else hard_rules
-        return self._decide(user, facts, rules)[1]
+        return self._decide(user, facts, rules, self.shared(user, facts))[1]
 
-    def _decide(self, user: Mapping[str, Any], facts: Mapping[str, Any], rules: list[Rule]):
-        """Choose every decision that some hard rule depends on.
+    def shared(self, user: Mapping[str, Any], facts: Mapping[str, Any]) -> Shared:
+        """The decision-free values of these user values and facts (kept for the last few pairs:
+        an explanation solves the same launch under many rule subsets, the UI asks it again)."""
+        key = (repr(sorted(user.items())), repr(sorted(facts.items())))
+        shared = self._shared.get(key)
+        if shared is None:
+            if len(self._shared) >= 32:
+                del self._shared[next(iter(self._shared))]  # the oldest pair
+            shared = self._shared[key] = Shared(self._memo(user)[0])
+        return shared
 
-        Returns (decisions, satisfiable, rules that could not be checked for lack of a fact, the
-        rules that read decisions). Rules that read no decision are checked here, once.
+    def forget_values(self) -> None:
+        """Drop the per-launch values kept by `shared` (benchmarks: measure the work, not the memory)."""
+        self._shared.clear()
+
+    def _structure(self, user: Mapping[str, Any], rules: list[Rule]) -> tuple:
+        """How to decide, given which flags are set and which rules count (no values involved).
+
+        Returns (rules reading no decision, rules reading decisions, and per independent group of
+        decisions the steps (decision, later decisions, rules still open after it, rules it closes)).
         """
+        key = (frozenset(user), None if rules is self.hard_rules else tuple(map(id, rules)))
+        found = self._structures.get(key)
+        if found is not None:
+            return found
         memo, by_rule = self._memo(user)
         rule_vars = []
         for rule in rules:
@@ -270,18 +327,8 @@ class Plan:
             if deps is None:
                 deps = by_rule[id(rule)] = self.depends(rule.constrained_flags, user, memo)
             rule_vars.append((rule, deps))
-        base = Env(self, user, facts, {})
-        unknown: list[tuple[Rule, str]] = []
-        for rule, deps in rule_vars:
-            if deps:
-                continue
-            try:
-                if not check(rule, base):
-                    return {}, False, unknown, []
-            except UnknownFact as missing:
-                unknown.append((rule, missing.key))
+        fixed = [rule for rule, deps in rule_vars if not deps]
         constrained = [(rule, deps) for rule, deps in rule_vars if deps]
-        with_decisions = [rule for rule, _ in constrained]
         variables = sorted(set().union(*(d for _, d in constrained)), key=self.order.__getitem__)
         # Eligibility of a decision (its prefer `when`s) may read other decisions: include those.
         extra = {v: self.depends(self._prefer_reads(v), user, memo) - {v} for v in variables}
@@ -293,7 +340,7 @@ class Plan:
                     extra[dep] = self.depends(self._prefer_reads(dep), user, memo) - {dep}
                     variables.append(dep)
                     pending.append(dep)
-        decided: dict[str, Any] = {}
+        groups = []
         for component in _components(variables, constrained, extra):
             order = self._decision_order(component, extra)
             position = {var: i for i, var in enumerate(order)}
@@ -306,14 +353,45 @@ class Plan:
                     last = max(position[d] for d in deps)
                     closes_at.setdefault(last, []).append(rule)
                     open_until.append((rule, deps, last))
-            for i, var in enumerate(order):
-                rest = order[i + 1:]
-                ahead = [(rule, deps) for rule, deps, last in open_until if last > i]
-                for value, _rid in self.candidates(var, Env(self, user, facts, decided)):
+            groups.append([(var, order[i + 1:], [(rule, deps) for rule, deps, last in open_until if last > i],
+                            closes_at.get(i, ())) for i, var in enumerate(order)])
+        found = (fixed, [rule for rule, _ in constrained], groups)
+        if len(self._structures) >= 512:
+            self._structures.clear()
+        self._structures[key] = found
+        return found
+
+    def _decide(self, user: Mapping[str, Any], facts: Mapping[str, Any], rules: list[Rule], shared: Shared):
+        """Choose every decision that some hard rule depends on.
+
+        Returns (decisions, satisfiable, rules that could not be checked for lack of a fact, the
+        rules that read decisions). Rules that read no decision are checked here, once.
+        """
+        fixed, with_decisions, groups = self._structure(user, rules)
+        base = Env(self, user, facts, {}, shared)
+        verdicts = shared.verdicts
+        unknown: list[tuple[Rule, str]] = []
+        for rule in fixed:
+            verdict = verdicts.get(id(rule))
+            if verdict is None:
+                try:
+                    verdict = check(rule, base)
+                except UnknownFact as missing:
+                    verdict = missing.key
+                verdicts[id(rule)] = verdict
+            if verdict is False:
+                return {}, False, unknown, []
+            if verdict is not True:
+                unknown.append((rule, verdict))
+        memo = shared.depends
+        decided: dict[str, Any] = {}
+        for steps in groups:
+            for var, rest, ahead, closing in steps:
+                for value, _rid in self.candidates(var, Env(self, user, facts, decided, shared)):
                     decided[var] = value
-                    env = Env(self, user, facts, decided)
-                    if all(holds(rule, env) for rule in closes_at.get(i, ())) and \
-                            self._feasible(rest, ahead, user, facts, decided, memo):
+                    env = Env(self, user, facts, decided, shared)
+                    if all(holds(rule, env) for rule in closing) and \
+                            self._feasible(rest, ahead, user, facts, decided, memo, shared):
                         break
                 else:
                     decided.pop(var, None)
@@ -332,15 +410,15 @@ class Plan:
         return order
 
     def _feasible(self, undecided: list[str], rules: list[tuple[Rule, frozenset]], user, facts,
-                  decided, memo) -> bool:
+                  decided, memo, shared: Shared | None = None) -> bool:
         """Can the undecided decisions still be chosen so that every rule (all still open) holds?"""
         if not rules:
             return True  # every decision has at least one eligible candidate
         # Fast path: the most preferred completion is usually legal, and is then its own witness.
         trial = dict(decided)
         for var in undecided:
-            trial[var] = self.candidates(var, Env(self, user, facts, trial))[0][0]
-        witness = Env(self, user, facts, trial)
+            trial[var] = self.candidates(var, Env(self, user, facts, trial, shared))[0][0]
+        witness = Env(self, user, facts, trial, shared)
         if all(holds(rule, witness) for rule, _ in rules):
             return True
         from constraint import Problem  # only a search needs it; most solves never get here
@@ -353,7 +431,7 @@ class Plan:
 
         def make(rule: Rule, names: list[str]):
             def constraint(*vals):
-                return holds(rule, Env(self, user, facts, {**fixed, **dict(zip(names, vals))}))
+                return holds(rule, Env(self, user, facts, {**fixed, **dict(zip(names, vals))}, shared))
             return constraint
 
         for rule, deps in rules:
@@ -365,7 +443,7 @@ class Plan:
             names = [var] + reads
 
             def eligible(*vals, _var=var, _names=names):
-                env = Env(self, user, facts, {**fixed, **dict(zip(_names, vals))})
+                env = Env(self, user, facts, {**fixed, **dict(zip(_names, vals))}, shared)
                 return any(vals[0] == value for value, _ in self.candidates(_var, env))
             problem.addConstraint(eligible, names)
         return problem.getSolution() is not None

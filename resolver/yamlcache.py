@@ -14,7 +14,6 @@ import gc
 import hashlib
 import marshal
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +80,8 @@ def read_yaml_files(paths: list[Path]) -> list[list[Any]]:
 
 def write_atomically(entry: Path, data: bytes) -> None:
     """Write a temporary file beside `entry`, then rename it into place: readers see all or nothing."""
+    import tempfile  # writes are rare (a cache miss); its import is not
+
     tmp = None
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
