@@ -28,6 +28,7 @@ from typing import Any, Iterable, Mapping
 from resolver.api import plan_for, resolve
 from resolver.catalog import RULES_DIR
 from resolver.errors import UsageError
+from resolver.expr import Expr
 from resolver.frozen import ResolvedConfig
 from resolver.layout import terminal_width, wrap_hanging
 from resolver.pinning import Pinning
@@ -94,28 +95,30 @@ def mentioned_values(plan: Plan, name: str) -> set[Any]:
         if rule.flag == name:
             found.update(c.value for c in rule.values)
             if rule.value is not None:
-                found.update(_constants(rule.value.source))
-        found.update(value for flag, expr in rule.fix if flag == name for value in _constants(expr.source))
+                found.update(_constants(rule.value))
+        found.update(value for flag, expr in rule.fix if flag == name for value in _constants(expr))
         for expr in (rule.when, rule.require):
             if expr is not None and name in expr.flags:
-                found.update(_compared_constants(expr.source, name))
+                found.update(_compared_constants(expr, name))
     return {v for v in found if isinstance(v, (str, int, float)) and not isinstance(v, bool)}
 
 
-def _constants(source: str) -> list[Any]:
+def _constants(expr: Expr) -> list[Any]:
     """The value of a constant expression (`'fa'`), or nothing if the expression computes it."""
     try:
-        return [ast.literal_eval(source.strip())]
+        return [ast.literal_eval(expr.tree if expr.tree is not None else expr.source.strip())]
     except (ValueError, SyntaxError, TypeError):
         return []
 
 
-def _compared_constants(source: str, name: str) -> Iterable[Any]:
+def _compared_constants(expr: Expr, name: str) -> Iterable[Any]:
     """`name == 'a'`, `name in ('a', 'b')` and `'a' in (name, other)` all name a value of `name`."""
     def is_name(node: ast.AST) -> bool:
         return isinstance(node, ast.Name) and node.id == name
 
-    for node in ast.walk(ast.parse(source.strip(), mode="eval")):
+    if expr.tree is None:  # a YAML constant compares nothing
+        return
+    for node in ast.walk(expr.tree):
         if not isinstance(node, ast.Compare):
             continue
         operands = [node.left, *node.comparators]

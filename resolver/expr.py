@@ -16,6 +16,7 @@ modulo by zero gives None too, so a zero size fails the rule that divides by it 
 from __future__ import annotations
 
 import ast
+import functools
 import operator
 import re
 from types import CodeType, FunctionType
@@ -50,8 +51,16 @@ def version(text: Any) -> tuple[int, ...] | None:
     """'12.8' -> (12, 8); '2.8.0+cu128' -> (2, 8, 0). None stays None (ordering with it is false)."""
     if text is None:
         return None
+    if type(text) is str:
+        return _version_of_text(text)
+    return _version_of_text(str(text))
+
+
+@functools.lru_cache(maxsize=512)
+def _version_of_text(text: str) -> tuple[int, ...]:
+    """`version` of a string; cached, since a launch compares the same few versions many times."""
     parts = []
-    for piece in str(text).split("+")[0].split("."):
+    for piece in text.split("+")[0].split("."):
         digits = re.match(r"\d*", piece).group()
         if not digits:
             break
@@ -280,6 +289,16 @@ def _function_code(body: ast.expr, source: str) -> CodeType:
     return next(c for c in module.co_consts if isinstance(c, CodeType))
 
 
+_NOT_FOLDED = object()
+
+
+def _foldable(value: Any) -> bool:
+    """A value a code object can hold as a constant (so never a list, which is mutable)."""
+    if value is None or type(value) in (bool, int, float, str):
+        return True
+    return type(value) is tuple and all(_foldable(v) for v in value)
+
+
 def _load(name: str) -> ast.Name:
     return ast.Name(name, ast.Load())
 
@@ -428,7 +447,15 @@ class _Compiler:
             raise ExpressionError(
                 f"unknown function {name}() in {self.source!r}; "
                 f"available: {', '.join(sorted(FUNCTIONS) + list(SPECIAL_FORMS))}")
-        return _call(_load(f"_f_{name}"), *(self.compile(a) for a in node.args))
+        args = [self.compile(a) for a in node.args]
+        if all(isinstance(a, ast.Constant) for a in args):  # `version('12.8')`: computed once, here
+            try:
+                value = FUNCTIONS[name](*(a.value for a in args))
+            except Exception:  # noqa: BLE001 (the same error will then come at evaluation)
+                value = _NOT_FOLDED
+            if _foldable(value):
+                return ast.Constant(value)
+        return _call(_load(f"_f_{name}"), *args)
 
     def _special(self, name: str, node: ast.Call) -> ast.expr:
         target = dotted_name(node.args[0]) if len(node.args) == 1 else None

@@ -178,6 +178,7 @@ class Plan:
         # checks, the dry run's pins, the next request of the UI) shares the work.
         self._memos: dict[frozenset[str], tuple[dict[str, frozenset], dict[int, frozenset]]] = {}
         self._structures: dict[tuple, tuple] = {}
+        self._pinning: dict[frozenset[str], dict] = {}
         self._shared: dict[tuple[str, str], Shared] = {}
 
     # -- decisions ---------------------------------------------------------------------------
@@ -244,6 +245,16 @@ class Plan:
             if len(self._memos) >= 512:  # a long UI session: keep memory bounded
                 self._memos.clear()
             memo = self._memos[key] = ({}, {})
+        return memo
+
+    def pinning_memo(self, user: Mapping[str, Any]) -> dict:
+        """A dict `Pinning` fills with its analysis of launches with these flags set."""
+        key = frozenset(user)
+        memo = self._pinning.get(key)
+        if memo is None:
+            if len(self._pinning) >= 64:
+                self._pinning.clear()
+            memo = self._pinning[key] = {}
         return memo
 
     def depends_memo(self, user: Mapping[str, Any]) -> dict[str, frozenset]:
