@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -97,10 +98,12 @@ def main() -> None:
         for facts, args in WARM_UP:
             change(base, {"system": "llm", "facts": facts, "args": args}, {"resolve": [], "dry-run": [], "proof": []})
         first, per_change, per_endpoint, baseline = [], [], {"resolve": [], "dry-run": [], "proof": []}, []
-        first_walk = []
+        first_walk, cpu = [], []
         for _ in range(rounds):
             for facts, args in SESSION:
+                start_cpu = time.process_time()  # the server runs in this process: client and server CPU
                 to_first, to_last = change(base, {"system": "llm", "facts": facts, "args": args}, per_endpoint)
+                cpu.append((time.process_time() - start_cpu) * 1e3)
                 first.append(to_first)
                 per_change.append(to_last)
                 if len(first_walk) < len(SESSION):
@@ -120,6 +123,8 @@ def main() -> None:
     print(f"median per change, all answers:   {median:7.1f} ms   goal <= 50 ms: {verdict[median <= 50]}"
           "   (plus the choices, or the proof)")
     print(f"  90th percentile, all answers:   {statistics.quantiles(per_change, n=10)[-1]:7.1f} ms")
+    print(f"  CPU per change, all answers:    {statistics.median(cpu):7.1f} ms   (server and client CPU time: "
+          "what a change costs when the machine is not shared)")
     print(f"  first walk only, all answers:   {statistics.median(first_walk):7.1f} ms   (every launch shape new)")
     for endpoint, times in per_endpoint.items():
         if times:
@@ -127,6 +132,8 @@ def main() -> None:
     cli_ms = statistics.median(baseline)
     print(f"baseline: same CLI work, no HTTP  {cli_ms:7.1f} ms   (all answers / baseline = {median / cli_ms:.2f})")
     print(f"baseline: HTTP round trip alone   {statistics.median(empty):7.1f} ms   (GET /api/models)")
+    print(f"machine load average:             {os.getloadavg()[0]:7.2f}   (wall figures are noisy above "
+          f"{os.cpu_count()}, the core count)")
 
 
 if __name__ == "__main__":

@@ -65,3 +65,18 @@ def store(entry: Path | None, data: Any) -> None:
     except ValueError:
         return  # a value marshal cannot write (never in shipped rules): work without the cache
     write_atomically(entry, payload)
+    _prune(entry)
+
+
+KEEP = 8  # entries kept per system: every edit of a rule file leaves one behind
+
+
+def _prune(entry: Path) -> None:
+    """Remove all but the newest KEEP entries of the same system (an older one is only rebuilt)."""
+    kind = entry.name.rsplit("-", 1)[0]
+    try:
+        others = sorted(entry.parent.glob(f"{kind}-*.marshal"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+        for old in others[KEEP:]:
+            old.unlink()
+    except OSError:
+        pass  # another process pruned it first, or the folder is read-only

@@ -164,3 +164,15 @@ def test_an_unwritable_cache_folder_only_means_compiling_again(tmp_path, monkeyp
     blocker.write_text("a file where the cache folder should be", encoding="utf-8")
     monkeypatch.setenv("ACCORD_CACHE_DIR", str(blocker / "accord"))
     assert len(load_rules("llm")) == len(load_rules("llm"))
+
+
+def test_old_entries_of_a_system_are_pruned(cache):
+    cache.mkdir(parents=True)
+    for i in range(plancache.KEEP + 3):
+        old = cache / f"plan-llm-{i:032d}.marshal"
+        old.write_bytes(b"old")
+        os.utime(old, ns=(i, i))
+    load_rules("llm")
+    entries = plan_entries(cache)
+    assert len([p for p in entries if p.name.startswith("plan-llm-")]) == plancache.KEEP
+    assert plancache.entry_path("llm", _sources("llm")) in entries  # the new one is kept
