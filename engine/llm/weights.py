@@ -15,6 +15,7 @@ import torch
 
 from engine.llm.model_config import ModelConfig
 from resolver.errors import UsageError
+from resolver.model_location import BUILTIN_NAMES, local_path
 
 
 def _shard(full: torch.Tensor, dim: int | None, index: int, parts: int) -> torch.Tensor:
@@ -34,21 +35,23 @@ class DummyWeights:
     def shape(self, name: str) -> tuple[int, ...]:
         c = self.config
         q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-        leaf = name.rsplit(".", 2)[-2]
+        leaf, kind = name.rsplit(".", 2)[-2:]
         shapes = {
             "embed_tokens": (c.vocab_size, c.hidden_size), "lm_head": (c.vocab_size, c.hidden_size),
             "q_proj": (q, c.hidden_size), "k_proj": (kv, c.hidden_size), "v_proj": (kv, c.hidden_size),
             "o_proj": (c.hidden_size, q), "gate_proj": (c.intermediate_size, c.hidden_size),
             "up_proj": (c.intermediate_size, c.hidden_size), "down_proj": (c.hidden_size, c.intermediate_size),
+            "q_norm": (c.head_dim,), "k_norm": (c.head_dim,),  # Qwen3's per-head q/k RMSNorm
         }
-        return shapes.get(leaf, (c.hidden_size,))  # the remaining tensors are norm weights
+        shape = shapes.get(leaf, (c.hidden_size,))  # the remaining tensors are norm weights
+        return shape[:1] if kind == "bias" else shape  # a bias has one value per output row
 
     def get(self, name: str, dim: int | None = None, index: int = 0, parts: int = 1) -> torch.Tensor:
         shape = self.shape(name)
-        if len(shape) == 1:
+        if len(shape) == 1 and not name.endswith(".bias"):
             return torch.ones(shape)  # norms start as the identity scale
         generator = torch.Generator().manual_seed((self.seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
-        std = 1.0 if name.endswith("embed_tokens.weight") else shape[1] ** -0.5
+        std = 1.0 if name.endswith("embed_tokens.weight") else 0.1 if len(shape) == 1 else shape[1] ** -0.5
         full = torch.randn(shape, generator=generator) * std
         return _shard(full, dim, index, parts)
 
@@ -151,12 +154,14 @@ class GGUFWeights:
 
 
 def weight_source(model_path: str | None, load_format: str, config: ModelConfig, seed: int):
-    """'dummy' (and 'auto' without a model folder) -> seeded random; a GGUF file; else safetensors."""
-    if load_format == "dummy" or (load_format == "auto" and model_path is None):
+    """'dummy' (and 'auto' for the built-in tiny-llama) -> seeded random; a GGUF file; else safetensors."""
+    folder = local_path(model_path)
+    builtin = folder in BUILTIN_NAMES.values()
+    if load_format == "dummy" or (load_format == "auto" and builtin):
         return DummyWeights(config, seed)
     if config.gguf_path is not None:
         return GGUFWeights(config.gguf_path, config)
-    if model_path is None:
-        raise UsageError(f"--load-format {load_format} needs --model-path pointing at a local "
-                         "checkpoint folder; the built-in model has dummy weights only.")
-    return SafetensorsWeights(Path(model_path))
+    if builtin:
+        raise UsageError(f"--load-format {load_format} needs --model-path pointing at a local checkpoint; "
+                         f"the built-in {model_path} has random weights only (--load-format auto or dummy).")
+    return SafetensorsWeights(folder)

@@ -20,6 +20,7 @@ from resolver.commands import resolve as resolve_cmd
 from resolver.errors import UsageError
 from resolver.facts import load_facts
 from resolver.flagparse import parse_flags
+from resolver.model_location import served_model_path
 
 ENGINE_FACTS = {"engine": "accord"}
 
@@ -41,7 +42,7 @@ def main(argv: list[str]) -> int:
     if opts.all and not opts.print_config:
         raise UsageError("--all chooses which flags --print-config shows; add --print-config "
                          "(or drop --all) to serve.")
-    facts = serve_facts(opts, parsed.values.get("model_path"), parsed.system)
+    facts = serve_facts(opts, served_model_path(parsed.values.get("model_path"), parsed.system), parsed.system)
     if opts.dry_run:
         return resolve_cmd.main_dry_run(parsed, facts, opts)
     try:
