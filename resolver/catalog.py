@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from resolver.errors import UsageError
-from resolver.yamlcache import read_yaml_files
+from resolver.yamlcache import bulk_load, read_yaml_files
 
 RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
 SYSTEMS = ("llm", "diffusion")
@@ -123,6 +123,9 @@ def catalog_files(system: str, root: Path = RULES_DIR) -> list[Path]:
     return [p for p in files if p.is_file()]
 
 
+_FLAG_FIELDS = frozenset(f.name for f in dataclasses.fields(Flag))
+
+
 def _flag_from_yaml(entry: dict, group: str, path: Path) -> Flag:
     data = dict(entry)
     name = data.pop("name", None)
@@ -136,10 +139,9 @@ def _flag_from_yaml(entry: dict, group: str, path: Path) -> Flag:
             data[key] = tuple(data[key])
     if data.get("value_aliases") is not None:
         data["value_aliases"] = tuple(sorted(data["value_aliases"].items()))
-    known = {f.name for f in dataclasses.fields(Flag)}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(set(data) - _FLAG_FIELDS)
     if unknown:
-        raise UsageError(f"{path}: flag {name!r} has unknown keys {unknown}; allowed: {sorted(known)}.")
+        raise UsageError(f"{path}: flag {name!r} has unknown keys {unknown}; allowed: {sorted(_FLAG_FIELDS)}.")
     data.setdefault("flags", ())
     return Flag(name=name, group=data.pop("group", group), deprecated_spellings=spellings, **data)
 
@@ -166,6 +168,12 @@ def _read_catalog(system: str, root: Path) -> Catalog:
     flags: dict[str, Flag] = {}
     owners: dict[str, str] = {}
     paths = catalog_files(system, root)
+    with bulk_load():  # no garbage collection walking the catalog while it is being built
+        _add_flags(flags, owners, paths)
+    return Catalog(system=system, flags=flags)
+
+
+def _add_flags(flags: dict[str, Flag], owners: dict[str, str], paths: list[Path]) -> None:
     for path, documents in zip(paths, read_yaml_files(paths)):
         for doc in documents:
             group = doc.get("group", "misc")
@@ -181,4 +189,3 @@ def _read_catalog(system: str, root: Path) -> Catalog:
                         )
                     owners[spelling] = flag.name
                 flags[flag.name] = flag
-    return Catalog(system=system, flags=flags)

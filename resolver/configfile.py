@@ -13,11 +13,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from resolver.errors import UsageError
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,9 +67,17 @@ def _json_key_line(text: str, key: str, occurrence: int) -> int:
     return text.count("\n", 0, matches[occurrence - 1].start()) + 1
 
 
+def _loader():
+    import yaml  # a --config file only; imported here to keep `accord resolve` quick to start
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _read_yaml(path: str, text: str) -> list[ConfigEntry]:
+    import yaml
+
     try:
-        root = yaml.compose(text, Loader=_Loader)
+        root = yaml.compose(text, Loader=_loader())
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         line = mark.line + 1 if mark else 1
@@ -106,7 +111,9 @@ def _construct(node: yaml.Node, path: str) -> Any:
     Tags that build objects (`!!python/object:...`, custom `!tags`) are refused: a config file holds
     plain data only, and constructing such a tag would run code.
     """
-    loader = _Loader("")
+    import yaml
+
+    loader = _loader()("")
     try:
         return loader.construct_document(node)
     except yaml.constructor.ConstructorError as err:

@@ -1,9 +1,9 @@
-"""The rule expression language: a small, safe subset of Python, parsed once and compiled to closures.
+"""The rule expression language: a small, safe subset of Python, parsed once and compiled to Python bytecode.
 
 Rules say things like `enable_dp_attention and tp_size % dp_size != 0` or
 `version(cuda) >= version('12.8') and gpu.sm in (100, 120)`. We parse the text with `ast`, accept
-only the node types listed below, and turn the tree into nested closures, so evaluating a rule is a
-few function calls and never `eval`.
+only the node types listed below, and rewrite the tree into a plain Python function over a few helper
+functions (no builtins, no `eval` of the source), so evaluating a rule is one call.
 
 Names: a bare name is a flag of the system; a dotted name (`gpu.sm`) and the bare names in
 `TOP_LEVEL_FACTS` are facts. A fact that is absent from the fact set is *unknown*: reading it raises
@@ -16,8 +16,10 @@ modulo by zero gives None too, so a zero size fails the rule that divides by it 
 from __future__ import annotations
 
 import ast
+import functools
 import operator
 import re
+from types import CodeType, FunctionType
 from typing import Any, Callable, Protocol
 
 TOP_LEVEL_FACTS = frozenset({"platform", "cuda", "rocm", "torch", "engine"})
@@ -50,8 +52,16 @@ def version(text: Any) -> tuple[int, ...] | None:
     """'12.8' -> (12, 8); '2.8.0+cu128' -> (2, 8, 0). None stays None (ordering with it is false)."""
     if text is None:
         return None
+    if type(text) is str:
+        return _version_of_text(text)
+    return _version_of_text(str(text))
+
+
+@functools.lru_cache(maxsize=512)
+def _version_of_text(text: str) -> tuple[int, ...]:
+    """`version` of a string; cached, since a launch compares the same few versions many times."""
     parts = []
-    for piece in str(text).split("+")[0].split("."):
+    for piece in text.split("+")[0].split("."):
         digits = re.match(r"\d*", piece).group()
         if not digits:
             break
@@ -132,26 +142,59 @@ BIN_OPS = {
 
 
 class Expr:
-    """A parsed expression: its source, the flags and facts it reads, and its compiled closure."""
+    """A parsed expression: its source, the flags and facts it reads, and its compiled function.
 
-    __slots__ = ("source", "flags", "facts", "set_checks", "names", "tree", "_fn")
+    The function is Python bytecode generated from the validated tree (see `_Compiler`), so a rule
+    costs one call to evaluate and its code object can be stored in the plan cache with `marshal`.
+    `tree` is the validated tree; an expression loaded from the cache parses its source again the
+    first time something (lint, dry-run) asks for it.
+    """
+
+    __slots__ = ("source", "flags", "facts", "set_checks", "names", "_tree", "_fn", "code", "direct")
 
     def __init__(self, source: str, flags: frozenset[str], facts: frozenset[str], fn: Compiled,
                  set_checks: frozenset[str] = frozenset(), names: frozenset[str] = frozenset(),
-                 tree: ast.AST | None = None):
+                 tree: ast.AST | None = None, code: CodeType | None = None, direct: tuple[str, ...] = ()):
         self.source = source
         self.flags = flags          # flags whose values it reads (through derived values too)
         self.facts = facts          # facts it reads (through derived values too)
         self.set_checks = set_checks  # flags it asks `is_set` about (known before solving)
         self.names = names          # derived values and named sets it reads by name
-        self.tree = tree            # the validated tree (None for a YAML constant)
+        self._tree = tree           # the validated tree (None for a YAML constant)
         self._fn = fn
+        self.code = code            # the compiled function's code (None: not generated code)
+        self.direct = direct        # the names its code calls directly (linked again on loading)
+
+    @property
+    def tree(self) -> ast.AST | None:
+        if self._tree is _UNPARSED:
+            self._tree = ast.parse(self.source.strip(), mode="eval").body
+        return self._tree
 
     def __call__(self, env: Env) -> Any:
         return self._fn(env)
 
     def __repr__(self) -> str:
         return f"Expr({self.source!r})"
+
+    def to_data(self) -> tuple:
+        """Plain data for the plan cache (strings, frozensets, a code object): see `from_data`."""
+        if self.code is None:
+            return ("constant", self.source, self._fn(None))
+        return ("code", self.source, self.flags, self.facts, self.set_checks, self.names, self.direct, self.code)
+
+    @classmethod
+    def from_data(cls, data: tuple, names: dict[str, "Expr"]) -> "Expr":
+        """The expression `to_data` stored, its code linked to the named values in `names`."""
+        if data[0] == "constant":
+            value = data[2]
+            return cls(data[1], frozenset(), frozenset(), lambda env: value)
+        _, source, flags, facts, set_checks, read, direct, code = data
+        fn = FunctionType(code, _globals(direct, names))
+        return cls(source, flags, facts, fn, set_checks, read, _UNPARSED, code, direct)
+
+
+_UNPARSED: Any = object()  # a tree not parsed yet (an expression loaded from the plan cache)
 
 
 def parse(source: Any, names: dict[str, Expr] | None = None) -> Expr:
@@ -168,10 +211,14 @@ def parse(source: Any, names: dict[str, Expr] | None = None) -> Expr:
         tree = ast.parse(source.strip(), mode="eval")
     except SyntaxError as err:
         raise ExpressionError(f"cannot parse expression {source!r}: {err.msg}") from None
-    compiler = _Compiler(source, names or {})
-    fn = compiler.compile(tree.body)
+    names = names or {}
+    compiler = _Compiler(source, names)
+    body = compiler.compile(tree.body)
+    code = _function_code(body, source)
+    direct = tuple(sorted(compiler.direct))
+    fn = FunctionType(code, _globals(direct, names))
     return Expr(source, frozenset(compiler.flags), frozenset(compiler.facts), fn,
-                frozenset(compiler.set_checks), frozenset(compiler.names_read), tree.body)
+                frozenset(compiler.set_checks), frozenset(compiler.names_read), tree.body, code, direct)
 
 
 def constant(name: str, value: Any) -> Expr:
@@ -189,7 +236,95 @@ def dotted_name(node: ast.AST) -> str | None:
     return None
 
 
+# -- code generation ----------------------------------------------------------------------------------
+# The generated code is a `lambda env: ...` over these helpers and nothing else (no builtins). Each
+# helper gives one construct the language's meaning where Python's differs: None-forgiving ordering
+# and arithmetic, `and`/`or` that give True or False, `known()` that catches an unknown fact.
+
+def _neg(value: Any) -> Any:
+    return None if value is None else -value
+
+
+def _known_fact(env: Env, key: str) -> bool:
+    try:
+        return env.fact(key) is not None
+    except UnknownFact:
+        return False
+
+
+def _known_flag(env: Env, name: str) -> bool:
+    try:
+        return env.flag(name) is not None
+    except UnknownFact:
+        return False
+
+
+def _user_changed(env: Env, flags: tuple[str, ...]) -> bool:
+    return any(env.is_set(f) and env.user_value(f) != env.default(f) for f in flags)
+
+
+def _known_named(env: Env, fn: Compiled) -> bool:
+    try:
+        return fn(env) is not None
+    except UnknownFact:
+        return False
+
+
+_HELPERS: dict[str, Any] = {
+    "__builtins__": {},
+    "_neg": _neg, "_known_fact": _known_fact, "_known_flag": _known_flag, "_known_named": _known_named,
+    "_user_changed": _user_changed,
+    **{f"_f_{name}": fn for name, fn in FUNCTIONS.items()},
+    **{f"_op_{op.__name__}": fn for op, fn in {**COMPARE_OPS, **BIN_OPS}.items()},
+}
+# Operators whose Python meaning is already the language's: written as themselves, not as calls.
+_NATIVE_COMPARE = (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)
+
+
+def _globals(direct: tuple[str, ...], names: dict[str, Expr]) -> dict[str, Any]:
+    if not direct:
+        return _HELPERS
+    return {**_HELPERS, "_named": {name: names[name]._fn for name in direct}}
+
+
+def _function_code(body: ast.expr, source: str) -> CodeType:
+    """Bytecode of `lambda env: BODY`, compiled by Python itself."""
+    args = ast.arguments(posonlyargs=[], args=[ast.arg("env")], kwonlyargs=[], kw_defaults=[], defaults=[])
+    tree = ast.fix_missing_locations(ast.Expression(ast.Lambda(args, body)))
+    module = compile(tree, "<rule expression>", "eval")
+    return next(c for c in module.co_consts if isinstance(c, CodeType))
+
+
+_NOT_FOLDED = object()
+
+
+def _foldable(value: Any) -> bool:
+    """A value a code object can hold as a constant (so never a list, which is mutable)."""
+    if value is None or type(value) in (bool, int, float, str):
+        return True
+    return type(value) is tuple and all(_foldable(v) for v in value)
+
+
+def _load(name: str) -> ast.Name:
+    return ast.Name(name, ast.Load())
+
+
+def _call(fn: ast.expr, *args: ast.expr) -> ast.Call:
+    return ast.Call(fn, list(args), [])
+
+
+def _env_call(method: str, arg: str) -> ast.Call:
+    return _call(ast.Attribute(_load("env"), method, ast.Load()), ast.Constant(arg))
+
+
+def _as_bool(test: ast.expr) -> ast.IfExp:
+    """`True if TEST else False`: the truth value as a bool, TEST evaluated once."""
+    return ast.IfExp(test, ast.Constant(True), ast.Constant(False))
+
+
 class _Compiler:
+    """Validates the parsed tree and rewrites it into the generated function's body (a Python tree)."""
+
     def __init__(self, source: str, names: dict[str, Expr]):
         self.source = source
         self.names = names
@@ -197,21 +332,23 @@ class _Compiler:
         self.facts: set[str] = set()
         self.set_checks: set[str] = set()
         self.names_read: set[str] = set()
+        self.direct: set[str] = set()
+        self.temps = 0
 
     def fail(self, what: str) -> ExpressionError:
         return ExpressionError(f"{what} is not allowed in rule expressions (in {self.source!r})")
 
-    def compile(self, node: ast.AST) -> Compiled:
+    def compile(self, node: ast.AST) -> ast.expr:
         method = getattr(self, "_" + type(node).__name__, None)
         if method is None:
             raise self.fail(f"`{type(node).__name__}`")
         return method(node)
 
-    def _Constant(self, node: ast.Constant) -> Compiled:
-        value = node.value
-        return lambda env: value
+    def _Constant(self, node: ast.Constant) -> ast.expr:
+        return ast.Constant(node.value)
 
-    def _name(self, name: str) -> Compiled:
+    def _read(self, name: str) -> tuple[str, Any]:
+        """What a name is: ("named", its expression), ("fact", key) or ("flag", name)."""
         if any(part.startswith("_") for part in name.split(".")):
             raise self.fail(f"the private name `{name}`")
         named = self.names.get(name)
@@ -221,101 +358,112 @@ class _Compiler:
             self.flags.update(named.flags)
             self.facts.update(named.facts)
             self.set_checks.update(named.set_checks)
-            return named._fn
+            self.direct.add(name)
+            return "named", name
         if "." in name or name in TOP_LEVEL_FACTS:
             self.facts.add(name)
-            return lambda env: env.fact(name)
+            return "fact", name
         self.flags.add(name)
-        return lambda env: env.flag(name)
+        return "flag", name
 
-    def _Name(self, node: ast.Name) -> Compiled:
+    def _named(self, name: str) -> ast.Subscript:
+        return ast.Subscript(_load("_named"), ast.Constant(name), ast.Load())
+
+    def _name(self, name: str) -> ast.expr:
+        kind, key = self._read(name)
+        if kind == "named":
+            return _call(self._named(key), _load("env"))
+        return _env_call(kind, key)
+
+    def _Name(self, node: ast.Name) -> ast.expr:
         if node.id in ("True", "False", "None"):
-            value = {"True": True, "False": False, "None": None}[node.id]
-            return lambda env: value
+            return ast.Constant({"True": True, "False": False, "None": None}[node.id])
         return self._name(node.id)
 
-    def _Attribute(self, node: ast.Attribute) -> Compiled:
+    def _Attribute(self, node: ast.Attribute) -> ast.expr:
         name = dotted_name(node)
         if name is None:
             raise self.fail("attribute access on an expression")
         return self._name(name)
 
-    def _sequence(self, node) -> Compiled:
-        items = [self.compile(elt) for elt in node.elts]
+    def _List(self, node: ast.List) -> ast.expr:
         # A list literal is a list (a default value may be a list flag's value); others are tuples.
-        make = list if isinstance(node, ast.List) else tuple
-        return lambda env: make(item(env) for item in items)
+        return ast.List([self.compile(elt) for elt in node.elts], ast.Load())
 
-    _List = _Tuple = _Set = _sequence
+    def _Tuple(self, node: ast.Tuple | ast.Set) -> ast.expr:
+        return ast.Tuple([self.compile(elt) for elt in node.elts], ast.Load())
 
-    def _BoolOp(self, node: ast.BoolOp) -> Compiled:
-        parts = [self.compile(v) for v in node.values]
-        if isinstance(node.op, ast.And):
-            if len(parts) == 2:
-                a, b = parts
-                return lambda env: bool(a(env)) and bool(b(env))
-            return lambda env: all(bool(p(env)) for p in parts)
-        if len(parts) == 2:
-            a, b = parts
-            return lambda env: bool(a(env)) or bool(b(env))
-        return lambda env: any(bool(p(env)) for p in parts)
+    _Set = _Tuple
 
-    def _UnaryOp(self, node: ast.UnaryOp) -> Compiled:
+    def _BoolOp(self, node: ast.BoolOp) -> ast.expr:
+        op = ast.And() if isinstance(node.op, ast.And) else ast.Or()
+        return _as_bool(ast.BoolOp(op, [self.compile(v) for v in node.values]))
+
+    def _UnaryOp(self, node: ast.UnaryOp) -> ast.expr:
         operand = self.compile(node.operand)
         if isinstance(node.op, ast.Not):
-            return lambda env: not operand(env)
+            return ast.UnaryOp(ast.Not(), operand)
         if isinstance(node.op, ast.USub):
-            return lambda env: None if (v := operand(env)) is None else -v
+            return _call(_load("_neg"), operand)
         raise self.fail(f"unary `{type(node.op).__name__}`")
 
-    def _BinOp(self, node: ast.BinOp) -> Compiled:
-        op = BIN_OPS.get(type(node.op))
-        if op is None:
+    def _BinOp(self, node: ast.BinOp) -> ast.expr:
+        if type(node.op) not in BIN_OPS:
             raise self.fail(f"operator `{type(node.op).__name__}`")
-        left, right = self.compile(node.left), self.compile(node.right)
-        return lambda env: op(left(env), right(env))
+        return _call(_load(f"_op_{type(node.op).__name__}"), self.compile(node.left), self.compile(node.right))
 
-    def _Compare(self, node: ast.Compare) -> Compiled:
-        ops = []
+    def _compare(self, op: ast.cmpop, left: ast.expr, right: ast.expr) -> ast.expr:
+        if isinstance(op, _NATIVE_COMPARE):
+            return ast.Compare(left, [type(op)()], [right])
+        return _call(_load(f"_op_{type(op).__name__}"), left, right)
+
+    def _Compare(self, node: ast.Compare) -> ast.expr:
         for op in node.ops:
-            fn = COMPARE_OPS.get(type(op))
-            if fn is None:
+            if type(op) not in COMPARE_OPS:
                 raise self.fail(f"comparison `{type(op).__name__}`")
-            ops.append(fn)
         operands = [self.compile(node.left)] + [self.compile(c) for c in node.comparators]
-        if len(ops) == 1:  # the common case, without the chain loop
-            fn, left_fn, right_fn = ops[0], operands[0], operands[1]
-            return lambda env: fn(left_fn(env), right_fn(env))
+        if len(node.ops) == 1:  # the common case
+            return self._compare(node.ops[0], operands[0], operands[1])
+        # A chain `a < b < c`: each operand evaluated once, in order, stopping at the first false link.
+        temps = []
+        for operand in operands[1:-1]:
+            self.temps += 1
+            temps.append((f"_t{self.temps}", operand))
+        links = []
+        left = operands[0]
+        for i, op in enumerate(node.ops):
+            if i < len(temps):
+                name, value = temps[i]
+                links.append(self._compare(op, left, ast.NamedExpr(ast.Name(name, ast.Store()), value)))
+                left = _load(name)
+            else:
+                links.append(self._compare(op, left, operands[-1]))
+        return _as_bool(ast.BoolOp(ast.And(), links))
 
-        def compare(env):
-            left = operands[0](env)
-            for fn, right_fn in zip(ops, operands[1:]):
-                right = right_fn(env)
-                if not fn(left, right):
-                    return False
-                left = right
-            return True
-        return compare
+    def _IfExp(self, node: ast.IfExp) -> ast.expr:
+        return ast.IfExp(self.compile(node.test), self.compile(node.body), self.compile(node.orelse))
 
-    def _IfExp(self, node: ast.IfExp) -> Compiled:
-        test, body, orelse = self.compile(node.test), self.compile(node.body), self.compile(node.orelse)
-        return lambda env: body(env) if test(env) else orelse(env)
-
-    def _Call(self, node: ast.Call) -> Compiled:
+    def _Call(self, node: ast.Call) -> ast.expr:
         if not isinstance(node.func, ast.Name) or node.keywords:
             raise self.fail("this kind of call")
         name = node.func.id
         if name in SPECIAL_FORMS:
             return self._special(name, node)
-        fn = FUNCTIONS.get(name)
-        if fn is None:
+        if name not in FUNCTIONS:
             raise ExpressionError(
                 f"unknown function {name}() in {self.source!r}; "
                 f"available: {', '.join(sorted(FUNCTIONS) + list(SPECIAL_FORMS))}")
         args = [self.compile(a) for a in node.args]
-        return lambda env: fn(*(a(env) for a in args))
+        if all(isinstance(a, ast.Constant) for a in args):  # `version('12.8')`: computed once, here
+            try:
+                value = FUNCTIONS[name](*(a.value for a in args))
+            except Exception:  # noqa: BLE001 (the same error will then come at evaluation)
+                value = _NOT_FOLDED
+            if _foldable(value):
+                return ast.Constant(value)
+        return _call(_load(f"_f_{name}"), *args)
 
-    def _special(self, name: str, node: ast.Call) -> Compiled:
+    def _special(self, name: str, node: ast.Call) -> ast.expr:
         target = dotted_name(node.args[0]) if len(node.args) == 1 else None
         if target is None:
             raise ExpressionError(f"{name}() takes one flag or fact name (in {self.source!r})")
@@ -327,19 +475,13 @@ class _Compiler:
             if "." in target or target in TOP_LEVEL_FACTS:
                 raise ExpressionError(f"{name}() takes a flag name, not {target!r} (in {self.source!r})")
             self.set_checks.add(target)
-            if name == "is_set":
-                return lambda env: env.is_set(target)
-            return lambda env: env.user_value(target)
-        read = self._name(target)
+            return _env_call(name, target)
+        kind, key = self._read(target)
+        if kind == "named":
+            return _call(_load("_known_named"), _load("env"), self._named(key))
+        return _call(_load(f"_known_{kind}"), _load("env"), ast.Constant(key))
 
-        def known(env):
-            try:
-                return read(env) is not None
-            except UnknownFact:
-                return False
-        return known
-
-    def _user_changed(self, target: str) -> Compiled:
+    def _user_changed(self, target: str) -> ast.expr:
         """`user_changed(x)`: the user gave flag x, or any flag of the named set x, a value other than
         its catalog default. Like is_set, it asks what the user typed, so it adds no dependency."""
         named = self.names.get(target)
@@ -354,4 +496,4 @@ class _Compiler:
         else:
             flags = (target,)
         self.set_checks.update(flags)
-        return lambda env: any(env.is_set(f) and env.user_value(f) != env.default(f) for f in flags)
+        return _call(_load("_user_changed"), _load("env"), ast.Constant(tuple(flags)))

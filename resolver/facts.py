@@ -33,8 +33,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import yaml
-
 from resolver.catalog import RULES_DIR
 from resolver.errors import UsageError
 from resolver.model_facts import model_facts
@@ -43,7 +41,6 @@ from resolver.yamlcache import read_yaml_files
 PRESETS_DIR = RULES_DIR / "facts"
 PACKAGE_PREFIX = "packages."
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _VERSION = re.compile(r"\d+(\.\d+)*([-+.]?[0-9A-Za-z][0-9A-Za-z.+-]*)?")
 _PACKAGE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Keys a facts file or preset may carry besides facts: what it builds on and where its numbers
@@ -243,7 +240,7 @@ def _preset(name: str) -> dict[str, Any]:
     path = PRESETS_DIR / f"{name}.yaml"
     if "/" in name or not path.is_file():
         raise UsageError(_unknown_preset_message(name))
-    base, facts = _read_facts_file(path)
+    base, facts = _read_facts_file(path, shipped=True)
     if base is not None:
         raise UsageError(f"{path}: a preset describes a whole machine and cannot build on "
                          f"another (remove 'preset: {base}').")
@@ -260,17 +257,30 @@ def _unknown_preset_message(name: str) -> str:
             f"a YAML/JSON facts file, or 'probe' for this machine.")
 
 
-def _read_facts_file(path: Path) -> tuple[str | None, dict[str, Any]]:
-    """(the preset it builds on or None, its facts) for a YAML or JSON facts file."""
+def _read_facts_file(path: Path, shipped: bool = False) -> tuple[str | None, dict[str, Any]]:
+    """(the preset it builds on or None, its facts) for a YAML or JSON facts file.
+
+    A `shipped` file (a preset) is parsed through the YAML cache, so a cold start needs no YAML
+    parser; anything that cache cannot read as one document is parsed below, with its message."""
+    documents = None
+    if shipped and path.suffix != ".json":
+        try:
+            documents = read_yaml_files([path])[0]
+        except UsageError:
+            documents = None
+    if documents is not None and len(documents) <= 1:
+        return _facts_from_data(path, documents[0] if documents else None)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise UsageError(f"cannot read facts file {path}: {err}.") from None
+    import yaml  # here, not at the top: a preset or no facts file at all never needs it
+
     try:
         if path.suffix == ".json":
             data = json.loads(text)
         else:
-            data = yaml.load(text, Loader=_Loader)
+            data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except json.JSONDecodeError as err:
         raise UsageError(f"{path}, line {err.lineno}: not valid JSON ({err.msg}).") from None
     except yaml.YAMLError as err:
@@ -278,6 +288,10 @@ def _read_facts_file(path: Path) -> tuple[str | None, dict[str, Any]]:
         where = f"{path}, line {mark.line + 1}" if mark else str(path)
         problem = getattr(err, "problem", None) or "not valid YAML"
         raise UsageError(f"{where}: not valid YAML ({problem}).") from None
+    return _facts_from_data(path, data)
+
+
+def _facts_from_data(path: Path, data: Any) -> tuple[str | None, dict[str, Any]]:
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -26,7 +26,14 @@ class ConfigHashMismatch(ValueError):
     """A process was handed a config whose content does not match its hash."""
 
 
+# Most values are scalars: answered by one type lookup, before any isinstance (an abstract
+# `Mapping` check costs microseconds, and a config has thousands of values).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _freeze(value: Any) -> Any:
+    if type(value) in _SCALARS:
+        return value
     if isinstance(value, dict):
         return MappingProxyType({k: _freeze(v) for k, v in value.items()})
     if isinstance(value, list):
@@ -35,7 +42,9 @@ def _freeze(value: Any) -> Any:
 
 
 def _thaw(value: Any) -> Any:
-    if isinstance(value, Mapping):
+    if type(value) in _SCALARS:
+        return value
+    if isinstance(value, (dict, MappingProxyType)) or isinstance(value, Mapping):
         return {k: _thaw(v) for k, v in value.items()}
     if isinstance(value, tuple):
         return [_thaw(v) for v in value]

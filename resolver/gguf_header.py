@@ -12,8 +12,6 @@ import struct
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import yaml
-
 from resolver.catalog import RULES_DIR
 from resolver.errors import UsageError
 
@@ -111,6 +109,8 @@ def read_header(path: str | Path, keep_arrays: bool = False) -> GGUFHeader:
 
 
 def _key_map() -> dict[str, Any]:
+    import yaml  # a GGUF file only; imported here to keep `accord resolve` quick to start
+
     return yaml.safe_load(KEY_MAP_FILE.read_text(encoding="utf-8"))
 
 

@@ -24,8 +24,6 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from resolver.catalog import RULES_DIR, SYSTEMS
 from resolver.errors import UsageError
 from resolver.gguf_header import gguf_facts
@@ -105,6 +103,8 @@ def model_path_warning(model_path: str, system: str) -> str | None:
 
 
 def _pipeline_table() -> dict[str, Any]:
+    import yaml  # a diffusion model folder only; imported here to keep `accord resolve` quick to start
+
     return yaml.safe_load(PIPELINES_FILE.read_text(encoding="utf-8")) or {}
 
 

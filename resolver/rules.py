@@ -13,10 +13,11 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from resolver import plancache
 from resolver.catalog import RULES_DIR, SYSTEMS
 from resolver.errors import UsageError
 from resolver.expr import Expr, ExpressionError, constant, parse
-from resolver.yamlcache import read_yaml_files
+from resolver.yamlcache import bulk_load, read_yaml_files
 
 KINDS = ("require", "conflict", "default", "prefer", "warn")
 HARD_KINDS = ("require", "conflict")
@@ -258,8 +259,26 @@ def _rule_from_yaml(entry: dict, area: str, path: Path, names: dict[str, Expr]) 
 
 
 def load_rules(system: str, root: Path = RULES_DIR) -> RuleSet:
+    """A system's rule set, from the plan cache when its files are unchanged (see `plancache`)."""
     if system not in SYSTEMS:
         raise UsageError(f"unknown system {system!r}; use one of: {', '.join(SYSTEMS)}.")
+    derived_file = root / system / DERIVED_FILE
+    sources = ([derived_file] if derived_file.exists() else []) + rule_files(system, root)
+    entry = plancache.entry_path(system, sources)
+    with bulk_load():
+        data = plancache.load(entry)
+        if data is not None:
+            try:
+                return _ruleset_from_data(system, data)
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+                pass  # an entry that unmarshals but is not a rule set: build it again
+        ruleset = _read_rules(system, root)
+    plancache.store(entry, _ruleset_to_data(ruleset))
+    return ruleset
+
+
+def _read_rules(system: str, root: Path) -> RuleSet:
+    """Parse and compile a system's rule files (derived values and sets first)."""
     derived, sets = load_derived(system, root)
     names = {s.id: constant(s.id, s.values) for s in sets} | {d.id: d.expr for d in derived}
     rules: list[Rule] = []
@@ -279,3 +298,49 @@ def load_rules(system: str, root: Path = RULES_DIR) -> RuleSet:
             seen[rule.id] = path.name
             into.append(rule)
     return RuleSet(system=system, rules=tuple(first + rules), derived=derived, sets=sets)
+
+
+# -- the plan cache's form of a rule set ---------------------------------------------------------------
+# Tuples of plain values in a fixed field order; expressions as `Expr.to_data`. Loading links each
+# expression's code to the named values defined before it, exactly as parsing did.
+
+def _data(expr: Expr | None) -> tuple | None:
+    return None if expr is None else expr.to_data()
+
+
+def _ruleset_to_data(ruleset: RuleSet) -> tuple:
+    sets = tuple((s.id, s.values, s.reason) for s in ruleset.sets)
+    derived = tuple((d.id, d.type, tuple((_data(v), _data(w)) for v, w in d.cases), d.reason, d.notes)
+                    for d in ruleset.derived)
+    rules = tuple(
+        (r.id, r.kind, r.area, r.reason, r.ref, _data(r.when), _data(r.require), r.flag, _data(r.value),
+         tuple((c.value, _data(c.when)) for c in r.values), r.message,
+         tuple((flag, _data(e)) for flag, e in r.fix), r.seed, r.file)
+        for r in ruleset.rules)
+    return sets, derived, rules
+
+
+def _ruleset_from_data(system: str, data: tuple) -> RuleSet:
+    sets_data, derived_data, rules_data = data
+    names: dict[str, Expr] = {}
+
+    def expr(item: tuple | None) -> Expr | None:
+        return None if item is None else Expr.from_data(item, names)
+
+    sets = []
+    for sid, values, reason in sets_data:
+        sets.append(NamedSet(sid, values, reason))
+        names[sid] = constant(sid, values)
+    derived = []
+    for did, dtype, cases_data, reason, notes in derived_data:
+        cases = tuple((expr(v), expr(w)) for v, w in cases_data)
+        item = Derived(id=did, type=dtype, cases=cases, reason=reason, notes=notes, expr=_combine(did, cases))
+        derived.append(item)
+        names[did] = item.expr
+    rules = tuple(
+        Rule(id=rid, kind=kind, area=area, reason=reason, ref=ref, when=expr(when), require=expr(require),
+             flag=flag, value=expr(value), values=tuple(Candidate(v, expr(w)) for v, w in values),
+             message=message, fix=tuple((f, expr(e)) for f, e in fix), seed=seed, file=file)
+        for rid, kind, area, reason, ref, when, require, flag, value, values, message, fix, seed, file
+        in rules_data)
+    return RuleSet(system=system, rules=rules, derived=tuple(derived), sets=tuple(sets))

@@ -20,8 +20,6 @@ import dataclasses
 import graphlib
 from typing import Any, Iterable, Mapping
 
-from constraint import Problem
-
 from resolver.catalog import Catalog
 from resolver.expr import UnknownFact
 from resolver.rules import Rule, RuleSet
@@ -40,19 +38,42 @@ class RelaxedValues(dict):
         self.relaxed = relaxed
 
 
+def _set_flags_key(user: Mapping[str, Any]) -> tuple[frozenset, frozenset]:
+    """Which flags hold user values, and which of them `--relax` wrote: what the memos depend on
+    (a relaxed flag is fixed like a typed one, but `is_set` reads it as not typed)."""
+    return frozenset(user), frozenset(getattr(user, "relaxed", ()))
+
+
+class Shared:
+    """What one pair of user values and facts gives whatever the decisions, shared by its Envs.
+
+    A derived flag that reads no decision (through its default rules, given which flags are set)
+    has the same value in every assignment, and a hard rule that reads no decision the same verdict,
+    so each is computed once per pair instead of once per trial assignment of the search.
+    """
+
+    __slots__ = ("derived", "verdicts", "depends")
+
+    def __init__(self, depends: dict[str, frozenset]):
+        self.derived: dict[str, tuple[Any, str | None]] = {}
+        self.verdicts: dict[int, Any] = {}    # id(rule) -> True, False or the missing fact's key
+        self.depends = depends                # the plan's `depends` memo for these set flags
+
+
 class Env:
     """The values one (partial) assignment gives every flag; derived flags are computed on demand."""
 
-    __slots__ = ("plan", "user", "facts", "decided", "_derived", "_busy")
+    __slots__ = ("plan", "user", "facts", "decided", "_derived", "_busy", "_shared")
 
     def __init__(self, plan: "Plan", user: Mapping[str, Any], facts: Mapping[str, Any],
-                 decided: Mapping[str, Any]):
+                 decided: Mapping[str, Any], shared: Shared | None = None):
         self.plan = plan
         self.user = user
         self.facts = facts
         self.decided = decided
         self._derived: dict[str, tuple[Any, str | None]] = {}
         self._busy: set[str] = set()
+        self._shared = shared
 
     def fact(self, key: str) -> Any:
         try:
@@ -75,16 +96,27 @@ class Env:
             return self.user[name]
         if name in self.decided:
             return self.decided[name]
+        # A derived value computed already (the common case: answered without another call).
+        found = self._derived.get(name)
+        if found is None and self._shared is not None:
+            found = self._shared.derived.get(name)
+        if found is not None:
+            return found[0]
         if name in self.plan.prefer_rules:
             # An undecided decision read before it is decided: its most preferred candidate.
-            candidates = self.plan.candidates(name, self)
-            return candidates[0][0] if candidates else self.plan.catalog[name].default
+            return self.plan.candidates(name, self)[0][0]
         return self.derived(name)[0]
 
     def derived(self, name: str) -> tuple[Any, str | None]:
         """Value of an unset non-decision flag and the id of the default rule that produced it."""
-        if name in self._derived:
-            return self._derived[name]
+        found = self._derived.get(name)
+        if found is not None:
+            return found
+        shared = self._shared
+        if shared is not None:
+            found = shared.derived.get(name)
+            if found is not None:
+                return found
         if name in self._busy:
             raise _CycleError(name)
         self._busy.add(name)
@@ -92,13 +124,20 @@ class Env:
             result: tuple[Any, str | None] = (self.plan.catalog[name].default, None)
             for rule in self.plan.default_rules.get(name, ()):
                 try:
-                    if rule.when is None or rule.when(self):
-                        result = (rule.value(self), rule.id)
+                    if rule.when is None or rule.when._fn(self):
+                        result = (rule.value._fn(self), rule.id)
                         break
                 except UnknownFact:
                     continue
         finally:
             self._busy.discard(name)
+        if shared is not None:
+            deps = shared.depends.get(name)
+            if deps is None:
+                deps = self.plan.depends((name,), self.user, shared.depends)
+            if not deps:
+                shared.derived[name] = result
+                return result
         self._derived[name] = result
         return result
 
@@ -116,10 +155,10 @@ class Outcome:
 
 def check(rule: Rule, env: Env) -> bool:
     """True when a hard rule holds in `env`. Raises UnknownFact when it cannot be decided."""
-    applies = rule.when is None or bool(rule.when(env))
+    applies = rule.when is None or bool(rule.when._fn(env))
     if rule.kind == "conflict":
         return not applies
-    return (not applies) or bool(rule.require(env))
+    return (not applies) or bool(rule.require._fn(env))
 
 
 def holds(rule: Rule, env: Env) -> bool:
@@ -153,6 +192,14 @@ class Plan:
         # of the configuration.
         self.names = [name for name, flag in catalog.flags.items() if not flag.meta]
         self.order = {name: i for i, name in enumerate(catalog.flags)}
+        self._reads: dict[str, frozenset[str]] = {}
+        # What `depends` found, per set of user-set flag names: it reads only which flags are set,
+        # never their values, so every solve with the same flags set (the explanation's hundreds of
+        # checks, the dry run's pins, the next request of the UI) shares the work.
+        self._memos: dict[frozenset[str], tuple[dict[str, frozenset], dict[int, frozenset]]] = {}
+        self._structures: dict[tuple, tuple] = {}
+        self._pinning: dict[frozenset[str], dict] = {}
+        self._shared: dict[tuple[str, str], Shared] = {}
 
     # -- decisions ---------------------------------------------------------------------------
 
@@ -172,14 +219,14 @@ class Plan:
         """Candidates of a decision in `env`: the first matching prefer rule's eligible values."""
         for rule in self.prefer_rules[flag]:
             try:
-                if rule.when is not None and not rule.when(env):
+                if rule.when is not None and not rule.when._fn(env):
                     continue
             except UnknownFact:
                 continue
             out = []
             for cand in rule.values:
                 try:
-                    if cand.when is None or cand.when(env):
+                    if cand.when is None or cand.when._fn(env):
                         out.append((cand.value, rule.id))
                 except UnknownFact:
                     continue
@@ -204,8 +251,43 @@ class Plan:
             out |= memo[name]
         return frozenset(out)
 
-    def _prefer_reads(self, flag: str) -> set[str]:
-        return set().union(*(r.reads_flags for r in self.prefer_rules[flag]))
+    def _prefer_reads(self, flag: str) -> frozenset[str]:
+        reads = self._reads.get(flag)
+        if reads is None:
+            reads = self._reads[flag] = frozenset().union(*(r.reads_flags for r in self.prefer_rules[flag]))
+        return reads
+
+    def _memo(self, user: Mapping[str, Any]) -> tuple[dict[str, frozenset], dict[int, frozenset]]:
+        """(flag -> decisions it depends on, id(rule) -> decisions it constrains) for these set flags."""
+        key = _set_flags_key(user)
+        memo = self._memos.get(key)
+        if memo is None:
+            if len(self._memos) >= 512:  # a long UI session: keep memory bounded
+                self._memos.clear()
+            memo = self._memos[key] = ({}, {})
+        return memo
+
+    def pinning_memo(self, user: Mapping[str, Any]) -> dict:
+        """A dict `Pinning` fills with its analysis of launches with these flags set."""
+        key = _set_flags_key(user)
+        memo = self._pinning.get(key)
+        if memo is None:
+            if len(self._pinning) >= 64:
+                self._pinning.clear()
+            memo = self._pinning[key] = {}
+        return memo
+
+    def depends_memo(self, user: Mapping[str, Any]) -> dict[str, frozenset]:
+        """The shared memo for `depends` with these flags set."""
+        return self._memo(user)[0]
+
+    def rule_depends(self, rule: Rule, user: Mapping[str, Any]) -> frozenset:
+        """The decisions a hard rule's verdict depends on, given which flags the user set."""
+        memo, by_rule = self._memo(user)
+        deps = by_rule.get(id(rule))
+        if deps is None:
+            deps = by_rule[id(rule)] = self.depends(rule.constrained_flags, user, memo)
+        return deps
 
     # -- solving -----------------------------------------------------------------------------
 
@@ -213,8 +295,9 @@ class Plan:
               hard_rules: list[Rule] | None = None) -> Outcome:
         """Resolve every flag. `hard_rules` narrows the constraints (used by explanations)."""
         rules = self.hard_rules if hard_rules is None else hard_rules
-        decided, ok, unknown, constrained = self._decide(user, facts, rules)
-        env = Env(self, user, facts, decided)
+        shared = self.shared(user, facts)
+        decided, ok, unknown, constrained = self._decide(user, facts, rules, shared)
+        env = Env(self, user, facts, decided, shared)
         values: dict[str, Any] = {}
         origin: dict[str, str | None] = {}
         for name in self.names:
@@ -241,28 +324,42 @@ class Plan:
     def satisfiable(self, user: Mapping[str, Any], facts: Mapping[str, Any],
                     hard_rules: list[Rule] | None = None) -> bool:
         rules = self.hard_rules if hard_rules is None else hard_rules
-        return self._decide(user, facts, rules)[1]
+        return self._decide(user, facts, rules, self.shared(user, facts))[1]
 
-    def _decide(self, user: Mapping[str, Any], facts: Mapping[str, Any], rules: list[Rule]):
-        """Choose every decision that some hard rule depends on.
+    def shared(self, user: Mapping[str, Any], facts: Mapping[str, Any]) -> Shared:
+        """The decision-free values of these user values and facts (kept for the last few pairs:
+        an explanation solves the same launch under many rule subsets, the UI asks it again)."""
+        key = (repr(sorted(user.items())), _set_flags_key(user), repr(sorted(facts.items())))
+        shared = self._shared.get(key)
+        if shared is None:
+            if len(self._shared) >= 32:
+                del self._shared[next(iter(self._shared))]  # the oldest pair
+            shared = self._shared[key] = Shared(self._memo(user)[0])
+        return shared
 
-        Returns (decisions, satisfiable, rules that could not be checked for lack of a fact, the
-        rules that read decisions). Rules that read no decision are checked here, once.
+    def forget_values(self) -> None:
+        """Drop the per-launch values kept by `shared` (benchmarks: measure the work, not the memory)."""
+        self._shared.clear()
+
+    def _structure(self, user: Mapping[str, Any], rules: list[Rule]) -> tuple:
+        """How to decide, given which flags are set and which rules count (no values involved).
+
+        Returns (rules reading no decision, rules reading decisions, and per independent group of
+        decisions the steps (decision, later decisions, rules still open after it, rules it closes)).
         """
-        memo: dict[str, frozenset] = {}
-        rule_vars = [(rule, self.depends(rule.constrained_flags, user, memo)) for rule in rules]
-        base = Env(self, user, facts, {})
-        unknown: list[tuple[Rule, str]] = []
-        for rule, deps in rule_vars:
-            if deps:
-                continue
-            try:
-                if not check(rule, base):
-                    return {}, False, unknown, []
-            except UnknownFact as missing:
-                unknown.append((rule, missing.key))
+        key = (_set_flags_key(user), None if rules is self.hard_rules else tuple(map(id, rules)))
+        found = self._structures.get(key)
+        if found is not None:
+            return found
+        memo, by_rule = self._memo(user)
+        rule_vars = []
+        for rule in rules:
+            deps = by_rule.get(id(rule))
+            if deps is None:
+                deps = by_rule[id(rule)] = self.depends(rule.constrained_flags, user, memo)
+            rule_vars.append((rule, deps))
+        fixed = [rule for rule, deps in rule_vars if not deps]
         constrained = [(rule, deps) for rule, deps in rule_vars if deps]
-        with_decisions = [rule for rule, _ in constrained]
         variables = sorted(set().union(*(d for _, d in constrained)), key=self.order.__getitem__)
         # Eligibility of a decision (its prefer `when`s) may read other decisions: include those.
         extra = {v: self.depends(self._prefer_reads(v), user, memo) - {v} for v in variables}
@@ -274,7 +371,7 @@ class Plan:
                     extra[dep] = self.depends(self._prefer_reads(dep), user, memo) - {dep}
                     variables.append(dep)
                     pending.append(dep)
-        decided: dict[str, Any] = {}
+        groups = []
         for component in _components(variables, constrained, extra):
             order = self._decision_order(component, extra)
             position = {var: i for i, var in enumerate(order)}
@@ -287,14 +384,45 @@ class Plan:
                     last = max(position[d] for d in deps)
                     closes_at.setdefault(last, []).append(rule)
                     open_until.append((rule, deps, last))
-            for i, var in enumerate(order):
-                rest = order[i + 1:]
-                ahead = [(rule, deps) for rule, deps, last in open_until if last > i]
-                for value, _rid in self.candidates(var, Env(self, user, facts, decided)):
+            groups.append([(var, order[i + 1:], [(rule, deps) for rule, deps, last in open_until if last > i],
+                            closes_at.get(i, ())) for i, var in enumerate(order)])
+        found = (fixed, [rule for rule, _ in constrained], groups)
+        if len(self._structures) >= 512:
+            self._structures.clear()
+        self._structures[key] = found
+        return found
+
+    def _decide(self, user: Mapping[str, Any], facts: Mapping[str, Any], rules: list[Rule], shared: Shared):
+        """Choose every decision that some hard rule depends on.
+
+        Returns (decisions, satisfiable, rules that could not be checked for lack of a fact, the
+        rules that read decisions). Rules that read no decision are checked here, once.
+        """
+        fixed, with_decisions, groups = self._structure(user, rules)
+        base = Env(self, user, facts, {}, shared)
+        verdicts = shared.verdicts
+        unknown: list[tuple[Rule, str]] = []
+        for rule in fixed:
+            verdict = verdicts.get(id(rule))
+            if verdict is None:
+                try:
+                    verdict = check(rule, base)
+                except UnknownFact as missing:
+                    verdict = missing.key
+                verdicts[id(rule)] = verdict
+            if verdict is False:
+                return {}, False, unknown, []
+            if verdict is not True:
+                unknown.append((rule, verdict))
+        memo = shared.depends
+        decided: dict[str, Any] = {}
+        for steps in groups:
+            for var, rest, ahead, closing in steps:
+                for value, _rid in self.candidates(var, Env(self, user, facts, decided, shared)):
                     decided[var] = value
-                    env = Env(self, user, facts, decided)
-                    if all(holds(rule, env) for rule in closes_at.get(i, ())) and \
-                            self._feasible(rest, ahead, user, facts, decided, memo):
+                    env = Env(self, user, facts, decided, shared)
+                    if all(holds(rule, env) for rule in closing) and \
+                            self._feasible(rest, ahead, user, facts, decided, memo, shared):
                         break
                 else:
                     decided.pop(var, None)
@@ -313,17 +441,19 @@ class Plan:
         return order
 
     def _feasible(self, undecided: list[str], rules: list[tuple[Rule, frozenset]], user, facts,
-                  decided, memo) -> bool:
+                  decided, memo, shared: Shared | None = None) -> bool:
         """Can the undecided decisions still be chosen so that every rule (all still open) holds?"""
         if not rules:
             return True  # every decision has at least one eligible candidate
         # Fast path: the most preferred completion is usually legal, and is then its own witness.
         trial = dict(decided)
         for var in undecided:
-            trial[var] = self.candidates(var, Env(self, user, facts, trial))[0][0]
-        witness = Env(self, user, facts, trial)
+            trial[var] = self.candidates(var, Env(self, user, facts, trial, shared))[0][0]
+        witness = Env(self, user, facts, trial, shared)
         if all(holds(rule, witness) for rule, _ in rules):
             return True
+        from constraint import Problem  # only a search needs it; most solves never get here
+
         pending = set(undecided)
         problem = Problem()
         for var in undecided:
@@ -332,7 +462,7 @@ class Plan:
 
         def make(rule: Rule, names: list[str]):
             def constraint(*vals):
-                return holds(rule, Env(self, user, facts, {**fixed, **dict(zip(names, vals))}))
+                return holds(rule, Env(self, user, facts, {**fixed, **dict(zip(names, vals))}, shared))
             return constraint
 
         for rule, deps in rules:
@@ -344,7 +474,7 @@ class Plan:
             names = [var] + reads
 
             def eligible(*vals, _var=var, _names=names):
-                env = Env(self, user, facts, {**fixed, **dict(zip(_names, vals))})
+                env = Env(self, user, facts, {**fixed, **dict(zip(_names, vals))}, shared)
                 return any(vals[0] == value for value, _ in self.candidates(_var, env))
             problem.addConstraint(eligible, names)
         return problem.getSolution() is not None
