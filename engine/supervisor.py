@@ -31,6 +31,7 @@ import traceback
 from typing import Any, Callable
 
 EXIT_CHILD_FAILED = 1
+EXIT_WATCHDOG = 4  # a child's watchdog found the group stuck (the children exit with it)
 TERMINATE_GRACE_S = 3.0
 
 # The child's end of its report pipe; set only inside a supervised child.
@@ -41,6 +42,13 @@ def report_ready() -> None:
     """Tell the supervising parent this process is ready to serve (no-op outside a supervised child)."""
     if _report_conn is not None:
         _send(_report_conn, {"kind": "ready"})
+
+
+def report_error(text: str) -> None:
+    """Tell the supervising parent why this process is about to exit (when it cannot raise, e.g.
+    from a watchdog thread that then calls os._exit)."""
+    if _report_conn is not None:
+        _send(_report_conn, {"kind": "error", "text": text})
 
 
 def _send(conn: multiprocessing.connection.Connection, message: dict) -> None:

@@ -13,6 +13,7 @@ and `--json` can never tell different stories.
       machine   gpu.count=8, platform=cuda
       rule      par.world_size.fits_gpus requires `... <= gpu.count * nnodes` when `platform != 'cpu'`
       reads     gpu.count = 8, ... (every name the condition read, with its value)
+      derived   sm100 = false because gpu.sm = 90, platform = cuda   (each derived value it read)
       because   Each rank needs its own GPU ...
       so        no legal configuration includes --tp-size 16 on this machine.
       fix       --tp-size 8
@@ -30,6 +31,7 @@ from typing import Any, Mapping
 
 from resolver import layout
 from resolver.catalog import Catalog
+from resolver.explain import derived_readings
 from resolver.expr import UnknownFact
 from resolver.fixes import Fix, combine, combined_fix, drop_chains
 from resolver.report import conflict_message, describe_value, fix_text, flag_arg, names_read, rule_clause
@@ -90,6 +92,7 @@ def build(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], conflic
     """The whole report as JSON-ready data (sorted lists, no timestamps: same input, same bytes)."""
     catalog, rules = plan.catalog, plan.ruleset.by_id()
     value_of = _value_of(plan, user, facts)
+    env = Env(plan, user, facts, {})
     entries = []
     for conflict in conflicts:
         typed = " ".join(flag_arg(catalog, n, user[n]) for n in conflict.flags)
@@ -103,7 +106,9 @@ def build(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], conflic
             "you_set": typed,
             "machine": ", ".join(f"{k}={describe_value(facts[k])}" for k in conflict.facts),
             "proof": [{"rule": rid, "clause": rule_clause(rules[rid]),
-                       "reads": names_read(rules[rid], user, facts, value_of), "because": rules[rid].reason}
+                       "reads": names_read(rules[rid], user, facts, value_of),
+                       "derived": [r.line() for r in derived_readings(plan, (rules[rid].when, rules[rid].require), env)],
+                       "because": rules[rid].reason}
                       for rid in conflict.rules],
             "conclusion": _conclusion(typed, bool(conflict.facts)),
             "fix_details": [_fix_entry(catalog, user, f, conflict.rules[0]) for f in conflict.fixes],
@@ -205,6 +210,8 @@ def render(report: Mapping[str, Any], width: int | None = None, color: bool = Fa
             lines += _row("rule", f"{step['rule']} {step['clause']}", width)
             if step["reads"]:
                 lines += _row("reads", step["reads"], width)
+            for line in step["derived"]:
+                lines += _row("derived", line, width)
             lines += _row("because", step["because"], width)
         lines += _row("so", conflict["conclusion"], width)
         for chain in conflict["chains"]:

@@ -6,9 +6,12 @@ we name the hard rules that exclude it: every rule that on its own rules the val
 only a combination does, a minimal set of rules found by deletion.
 
 Backend-like flags are the choice flags whose name says they pick an implementation or a data
-type; which name words mean that is data (`rules/dryrun.yaml`), not code. The values tried are the solver's candidates, the
-catalog's choices and, for open string flags such as the diffusion attention backend, the values
-the rules themselves name.
+type; which name words mean that is data (`rules/dryrun.yaml`), not code. The values tried are the
+solver's candidates, the catalog's choices and, for open string flags such as the diffusion
+attention backend, the values the rules themselves name. An integer or list flag (asked for with
+`--flag`) has no list of choices: it tries a candidate set declared per flag in the same file
+(powers of two up to a count, divisors of counts, fixed values) on top of its default and the
+values the rules name, computed from the facts at hand, and the solver judges each candidate.
 
 Speed: one solve per value costs ~0.5 s on the LLM rules (~300 values); this takes ~40 ms. Most
 answers need no search: the resolved configuration, with the pinned value swapped in, either still
@@ -76,15 +79,59 @@ def backend_like(plan: Plan) -> list[str]:
     return names
 
 
-def values_of(plan: Plan, name: str) -> list[Any]:
-    """The values to try: the solver's candidates first, then the catalog's, then the rules' own."""
-    ordered = list(plan.domain(name)) if name in plan.prefer_rules else []
+def values_of(plan: Plan, name: str, facts: Iterable[Mapping[str, Any]] = ()) -> list[Any]:
+    """The values to try: the solver's candidates first, then the catalog's, then the rules' own.
+
+    An integer or list flag tries its declared candidates (see `candidate_values`) over every fact
+    set in `facts` (a matrix spans several machines and models), in ascending order.
+    """
     flag = plan.catalog[name]
+    if flag.finite_domain is None and flag.type in CANDIDATE_TYPES:
+        return candidate_values(plan, name, facts)
+    ordered = list(plan.domain(name)) if name in plan.prefer_rules else []
     extra = flag.finite_domain if flag.finite_domain is not None else sorted(mentioned_values(plan, name), key=str)
     for value in extra:
         if value not in ordered:
             ordered.append(value)
     return [v for v in ordered if v is not None]
+
+
+CANDIDATE_TYPES = ("int", "list")
+
+
+@functools.lru_cache(maxsize=None)
+def _candidate_specs() -> dict[str, dict[str, Any]]:
+    """`candidates:` of `rules/dryrun.yaml`: per flag, which counts and values to try."""
+    (data,), = read_yaml_files([RULES_DIR / "dryrun.yaml"])
+    return data.get("candidates") or {}
+
+
+def candidate_values(plan: Plan, name: str, facts: Iterable[Mapping[str, Any]] = ()) -> list[Any]:
+    """An integer or list flag's candidate set: its default, the values the rules name, and what
+    its `rules/dryrun.yaml` entry derives from each fact set (unknown facts add nothing).
+
+    Only candidates: which of them are legal is the solver's verdict, never this function's.
+    """
+    flag = plan.catalog[name]
+    spec = _candidate_specs().get(name, {})
+    found: list[Any] = [flag.default, *sorted(mentioned_values(plan, name), key=str), *spec.get("values", ())]
+    for fact_set in facts:
+        for key in spec.get("powers_of_two_up_to", ()):
+            bound = _count(fact_set.get(key))
+            found.extend(1 << i for i in range(bound.bit_length()) if bound)
+        for key in spec.get("divisors_of", ()):
+            count = _count(fact_set.get(key))
+            found.extend(d for d in range(1, count + 1) if count % d == 0)
+    wanted = (list, tuple) if flag.type == "list" else (int,)
+    typed = [list(v) if flag.type == "list" else v for v in found
+             if isinstance(v, wanted) and not isinstance(v, bool)]
+    unique = {describe_value(v): v for v in typed}
+    return sorted(unique.values(), key=lambda v: (len(v), list(v)) if flag.type == "list" else v)
+
+
+def _count(value: Any) -> int:
+    """A positive integer fact, else 0 (unknown, absent or not a count)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def mentioned_values(plan: Plan, name: str) -> set[Any]:
@@ -99,15 +146,16 @@ def mentioned_values(plan: Plan, name: str) -> set[Any]:
         for expr in (rule.when, rule.require):
             if expr is not None and name in expr.flags:
                 found.update(_compared_constants(expr.source, name))
-    return {v for v in found if isinstance(v, (str, int, float)) and not isinstance(v, bool)}
+    return {v for v in found if isinstance(v, (str, int, float, tuple)) and not isinstance(v, bool)}
 
 
 def _constants(source: str) -> list[Any]:
     """The value of a constant expression (`'fa'`), or nothing if the expression computes it."""
     try:
-        return [ast.literal_eval(source.strip())]
-    except (ValueError, SyntaxError, TypeError):
+        value = ast.literal_eval(source.strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return []
+    return [tuple(value) if isinstance(value, list) else value]  # a list constant, kept hashable
 
 
 def _compared_constants(source: str, name: str) -> Iterable[Any]:
@@ -136,7 +184,7 @@ def _elements(node: ast.AST) -> list[ast.AST]:
 
 # -- the dry run ----------------------------------------------------------------------------------
 
-def selected_flags(plan: Plan, only: list[str] | None) -> list[str]:
+def selected_flags(plan: Plan, only: list[str] | None, facts: Mapping[str, Any] | None = None) -> list[str]:
     """The flags to report: every backend-like one, or the ones `--flag` names (any with values)."""
     names = backend_like(plan)
     if not only:
@@ -149,7 +197,7 @@ def selected_flags(plan: Plan, only: list[str] | None) -> list[str]:
             raise UsageError(f"--flag {raw}: no such {plan.catalog.system} flag"
                              + (f"; did you mean {hint[0]}?" if hint else ".")
                              + " Without --flag the dry run lists every backend-like flag.")
-        if not values_of(plan, name):
+        if not values_of(plan, name, [facts or {}]):
             raise UsageError(f"--flag {raw}: {name} takes open-ended values, so there is no list of "
                              f"legal ones to show; pick a choice flag such as {names[0]}.")
         if name not in wanted:
@@ -161,13 +209,13 @@ def dry_run(system: str, user: Mapping[str, Any], facts: Mapping[str, Any],
             only: list[str] | None = None) -> tuple[ResolvedConfig, list[Choice]]:
     """The resolved config (raises ConflictError if the command itself is illegal) and each choice."""
     plan = plan_for(system)
-    names = selected_flags(plan, only)
+    names = selected_flags(plan, only, facts)
     config = resolve(system, user, facts)
     pinning = Pinning(plan, user, facts, config)
     choices = []
     for name in names:
         legal, excluded = [], []
-        for value in values_of(plan, name):
+        for value in values_of(plan, name, [facts]):
             rules = None if value == config.values[name] else pinning.verdict({name: value})
             if rules is None:
                 legal.append(value)

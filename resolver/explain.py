@@ -9,12 +9,15 @@ Each conflict carries its verified fixes, found and ranked by resolver/fixes.py.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
+from resolver.expr import Expr, UnknownFact, dotted_name
 from resolver.fixes import Fix, find_fixes
-from resolver.rules import Rule
-from resolver.solve import Plan
+from resolver.report import describe_value
+from resolver.rules import Derived, Rule
+from resolver.solve import Env, Plan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,3 +95,131 @@ def minimal_rules(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
     pool = list(plan.hard_rules if rules is None else rules)
     core = set(id(r) for r in quickxplain(pool, lambda subset: not plan.satisfiable(user, facts, subset)))
     return [r for r in pool if id(r) in core]
+
+
+@dataclasses.dataclass(frozen=True)
+class DerivedReading:
+    """A derived value in an explanation: its name, its value here, and the values of the names its
+    own definition reads (facts, flags, other derived values), so a reader can check it by hand."""
+
+    name: str
+    value: Any
+    reads: tuple[tuple[str, Any], ...]
+    when: str | None = None          # the condition of the case that decided, when there are several
+
+    def line(self) -> str:
+        """`sm100 = false because gpu.sm = 90, platform = cuda`."""
+        text = f"{self.name} = {describe_value(self.value)}"
+        if self.when:
+            text += f" (when {self.when})"
+        if self.reads:
+            text += " because " + ", ".join(f"{k} = {describe_value(v)}" for k, v in self.reads)
+        return text
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "value": self.value, "when": self.when, "reads": dict(self.reads)}
+
+
+def _own_names(item: Derived) -> list[str]:
+    """The names a derived value's own cases write (not those read through other names)."""
+    exprs = [e for case in item.cases for e in case if e is not None and e.tree is not None]
+    readable = set().union(*(e.flags | e.facts | e.names for e in exprs)) if exprs else set()
+    found: set[str] = set()
+    for expr in exprs:
+        for node in ast.walk(expr.tree):
+            name = dotted_name(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
+            if name in readable:
+                found.add(name)
+    return sorted(found)
+
+
+def _read(env: Env, plan: Plan, name: str, derived: Mapping[str, Derived]) -> Any:
+    try:
+        if name in derived:
+            return derived[name].expr(env)
+        if "." in name or name not in plan.catalog:
+            return env.fact(name)
+        return env.flag(name)
+    except UnknownFact as missing:
+        return f"unknown (needs {missing.key})"
+
+
+def derived_readings(plan: Plan, exprs: Iterable[Expr | None], env: Env) -> list[DerivedReading]:
+    """The derived values that `exprs` read (directly or through each other), in name order, each
+    with its value in `env`. Named sets are constants and are left out. Dry-run and the conflict
+    reports call this too, so every explanation shows the same names with the same values."""
+    derived = {d.id: d for d in plan.ruleset.derived}
+    names = sorted({n for e in exprs if e is not None for n in e.names if n in derived})
+    readings = []
+    for name in names:
+        item = derived[name]
+        own = [n for n in _own_names(item) if n not in {s.id for s in plan.ruleset.sets}]
+        try:
+            case = item.deciding_case(env)
+        except UnknownFact:
+            case = None
+        when = item.cases[case][1] if case is not None and len(item.cases) > 1 else None
+        readings.append(DerivedReading(name, _read(env, plan, name, derived),
+                                       tuple((n, _read(env, plan, n, derived)) for n in own),
+                                       " ".join(when.source.split()) if when is not None else None))
+    return readings
+
+
+def mentioned_values(plan: Plan, name: str) -> set[Any]:
+    """Constants the rules and derived values compare flag `name` with, offer it or assign it.
+
+    `name == 'a'`, `name in ('a', 'b')`, `name in some_named_set` and `'a' in name` all name
+    a value of `name`, in a rule or in a derived value a rule reads, so naming a fragment in
+    derived.yaml hides no value from a dry run. Read from the parsed trees, never the source text.
+    """
+    sets = {s.id: s.values for s in plan.ruleset.sets}
+    found: set[Any] = set()
+    exprs: list[Expr] = []
+    for rule in plan.ruleset:
+        if rule.flag == name:
+            found.update(c.value for c in rule.values)
+            if rule.value is not None:
+                found.update(_constant_of(rule.value))
+        found.update(v for flag, expr in rule.fix if flag == name for v in _constant_of(expr))
+        exprs += [e for e in (rule.when, rule.require) if e is not None]
+    exprs += [e for d in plan.ruleset.derived for case in d.cases for e in case if e is not None]
+    for expr in exprs:
+        if expr.tree is not None and name in expr.flags:
+            found.update(_compared(expr.tree, name, sets))
+    return {v for v in found if isinstance(v, (str, int, float)) and not isinstance(v, bool)}
+
+
+def _constant_of(expr: Expr) -> list[Any]:
+    """The value of a constant expression (`'fa'`, a YAML scalar), or nothing if it computes one."""
+    try:
+        value = ast.literal_eval(expr.tree) if expr.tree is not None else expr(None)
+    except (ValueError, TypeError, SyntaxError):
+        return []
+    return [value] if isinstance(value, (str, int, float)) else []
+
+
+def _compared(tree: ast.AST, name: str, sets: Mapping[str, tuple]) -> list[Any]:
+    """`name == 'a'`, `name in ('a', 'b')`, `name in a_named_set`, `'a' in name` and
+    `'a' in (name, other)` each name a value of `name`."""
+    def is_name(node: ast.AST) -> bool:
+        return isinstance(node, ast.Name) and node.id == name
+
+    def elements(node: ast.AST) -> list[ast.AST]:
+        return list(node.elts) if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else []
+
+    values: list[Any] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        for op, left, right in zip(node.ops, operands, operands[1:]):
+            if not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
+                continue
+            for mine, other in ((left, right), (right, left)):
+                if is_name(mine) and isinstance(other, ast.Name) and other.id in sets:
+                    values += list(sets[other.id])
+                elif is_name(mine):
+                    values += [item.value for item in elements(other) or [other] if isinstance(item, ast.Constant)]
+                elif isinstance(other, ast.Constant) and any(is_name(item) for item in elements(mine)):
+                    values.append(other.value)
+    return values

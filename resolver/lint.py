@@ -7,21 +7,36 @@ Checks, each a function returning problems as strings:
 - derived: derived values and named sets shadow no flag and read only known names;
 - governance: a flag is governed by `prefer` rules or by `default` rules, not both;
 - cycles: no default depends on itself through other defaults;
-- presets: with no user flags, every fact preset has a legal configuration.
+- presets: with no user flags, every fact preset has a legal configuration;
+- readability: an expression is at most 160 characters with at most one conditional, a reason is at
+  most 200 characters and cites no source lines (those go to `notes:`), and every rule id starts
+  with a prefix its file declares. Rules still over a limit while they are being rewritten are
+  listed in rules/lint_pending.yaml; that list may only shrink (a listed rule that is clean, or
+  gone, is itself a problem).
 """
 
 from __future__ import annotations
 
 import ast
+import re
+from pathlib import Path
 from typing import Any, Iterable
 
 import networkx as nx
 
-from resolver.catalog import Catalog
+from resolver.catalog import RULES_DIR, Catalog
 from resolver.expr import Expr
 from resolver.graph import build_graph
-from resolver.rules import RuleSet
+from resolver.rules import RuleSet, rule_files
 from resolver.solve import Plan
+from resolver.yamlcache import read_yaml_files
+
+MAX_EXPRESSION_CHARS = 160
+MAX_CONDITIONALS = 1
+MAX_REASON_CHARS = 200
+PENDING_FILE = "lint_pending.yaml"
+# A source citation (`L1097`, `args.py`) in a reason: archaeology, which belongs in `notes:`.
+_CITATION = re.compile(r"\bL\d{3,}\b|\b\w+\.py\b")
 
 
 def check_names(catalog: Catalog, ruleset: RuleSet, fact_keys: Iterable[str]) -> list[str]:
@@ -39,10 +54,12 @@ def check_names(catalog: Catalog, ruleset: RuleSet, fact_keys: Iterable[str]) ->
     return problems
 
 
-def _literal_comparisons(expr: Expr) -> list[tuple[str, Any]]:
-    """(flag, literal) pairs from `flag == lit`, `flag != lit`, `flag in (lits)` in an expression."""
+def _literal_comparisons(expr: Expr, sets: dict[str, tuple] | None = None) -> list[tuple[str, Any]]:
+    """(flag, literal) pairs from `flag == lit`, `flag != lit`, `flag in (lits)` and `flag in
+    named_set` in an expression."""
     if expr.tree is None:
         return []
+    sets = sets or {}
     pairs = []
     for node in ast.walk(expr.tree):
         if not isinstance(node, ast.Compare) or len(node.ops) != 1:
@@ -53,13 +70,16 @@ def _literal_comparisons(expr: Expr) -> list[tuple[str, Any]]:
                 pairs.append((left.id, right.value))
             elif isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
                 pairs += [(left.id, e.value) for e in right.elts if isinstance(e, ast.Constant)]
+            elif isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, ast.Name) and right.id in sets:
+                pairs += [(left.id, value) for value in sets[right.id]]
     return pairs
 
 
 def check_values(catalog: Catalog, ruleset: RuleSet) -> list[str]:
     problems = []
+    sets = {s.id: s.values for s in ruleset.sets}
     for rule in ruleset:
-        pairs = [p for e in rule.expressions() for p in _literal_comparisons(e)]
+        pairs = [p for e in rule.expressions() for p in _literal_comparisons(e, sets)]
         if rule.kind == "prefer":
             pairs += [(rule.flag, c.value) for c in rule.values]
         if rule.kind == "default" and rule.value is not None and not (rule.value.flags or rule.value.facts or rule.value.set_checks):
@@ -88,7 +108,8 @@ def check_derived(catalog: Catalog, ruleset: RuleSet, fact_keys: Iterable[str]) 
             if key not in fact_keys and not key.startswith("packages."):
                 problems.append(f"derived.yaml: {item.id} reads unknown fact {key!r}")
         exprs = [e for case in item.cases for e in case if e is not None]
-        for name, value in (p for e in exprs for p in _literal_comparisons(e)):
+        sets = {s.id: s.values for s in ruleset.sets}
+        for name, value in (p for e in exprs for p in _literal_comparisons(e, sets)):
             domain = catalog[name].finite_domain if name in catalog else None
             if domain is not None and value not in domain and not catalog[name].extensible:
                 problems.append(f"derived.yaml: {item.id} uses {name} = {value!r}, which is not one of "
@@ -122,13 +143,110 @@ def check_presets(plan: Plan, presets: dict[str, dict]) -> list[str]:
     return problems
 
 
-def lint(catalog: Catalog, ruleset: RuleSet, fact_keys: Iterable[str], presets: dict[str, dict]) -> list[str]:
+def expression_problem(expr: Expr) -> str | None:
+    """Why an expression is too hard to read (too long, or nested conditionals), or None."""
+    if expr.tree is None:
+        return None
+    length = len(" ".join(expr.source.split()))
+    conditionals = sum(isinstance(node, ast.IfExp) for node in ast.walk(expr.tree))
+    if length > MAX_EXPRESSION_CHARS:
+        return (f"an expression of {length} characters (at most {MAX_EXPRESSION_CHARS}); "
+                f"name its parts in derived.yaml")
+    if conditionals > MAX_CONDITIONALS:
+        return (f"an expression with {conditionals} conditionals (at most {MAX_CONDITIONALS}); "
+                f"use a derived value with ordered value/when pairs")
+    return None
+
+
+def reason_problem(reason: str) -> str | None:
+    """Why a reason is not a short plain sentence for a user, or None."""
+    length = len(" ".join(reason.split()))
+    if length > MAX_REASON_CHARS:
+        return f"a reason of {length} characters (at most {MAX_REASON_CHARS}); move history to `notes:`"
+    if _CITATION.search(reason):
+        return f"a reason citing source ({_CITATION.search(reason).group()!r}); move it to `notes:` or `ref:`"
+    return None
+
+
+def readability_problems(ruleset: RuleSet) -> dict[str, list[str]]:
+    """Rule or derived-value id -> what makes it hard to read (ids with no problem are left out)."""
+    found: dict[str, list[str]] = {}
+    # A warn rule without a reason of its own reads its message, which may be longer.
+    items = [(r.id, r.file, r.expressions(), "" if r.kind == "warn" and r.reason == r.message else r.reason)
+             for r in ruleset]
+    items += [(d.id, "derived.yaml", [e for case in d.cases for e in case if e is not None], d.reason)
+              for d in ruleset.derived]
+    for item_id, file, exprs, reason in items:
+        problems = sorted({p for p in map(expression_problem, exprs) if p})
+        if reason_problem(reason):
+            problems.append(reason_problem(reason))
+        if problems:
+            found[item_id] = [f"{file}: {item_id} has {p}" for p in problems]
+    return found
+
+
+def load_pending(system: str, root: Path = RULES_DIR) -> list[str]:
+    """Ids of the rules still over the readability limits while they are rewritten (shrink only)."""
+    path = root / PENDING_FILE
+    if not path.exists():
+        return []
+    documents = read_yaml_files([path])[0]
+    return list(((documents[0] if documents else None) or {}).get(system) or ())
+
+
+def check_readability(ruleset: RuleSet, pending: Iterable[str] = ()) -> list[str]:
+    """Readability limits, except for the pending ids; a pending id with nothing left is stale."""
+    pending = set(pending)
+    found = readability_problems(ruleset)
+    problems = [p for item_id in sorted(found) if item_id not in pending for p in found[item_id]]
+    problems += [f"{PENDING_FILE}: {item_id} is listed as pending but is within the readability limits "
+                 f"(or gone); remove it from the list" for item_id in sorted(pending - set(found))]
+    return problems
+
+
+def _prefixes(doc: dict) -> tuple[str, ...]:
+    declared = doc.get("prefix")
+    if isinstance(declared, str):
+        return (declared,)
+    if isinstance(declared, list) and declared and all(isinstance(p, str) for p in declared):
+        return tuple(declared)
+    return ()
+
+
+def check_prefixes(ruleset: RuleSet, root: Path = RULES_DIR) -> list[str]:
+    """Each rule file declares the id prefix(es) of its rules, and no two files share one, so an id
+    says which file holds it."""
+    problems = []
+    owner: dict[str, str] = {}
+    paths = rule_files(ruleset.system, root)
+    for path, documents in zip(paths, read_yaml_files(paths)):
+        doc = (documents[0] if documents else None) or {}
+        prefixes = _prefixes(doc)
+        if not prefixes:
+            problems.append(f"{path.name}: declares no id prefix; add a top-level `prefix: <area>.` line")
+            continue
+        for prefix in prefixes:
+            if prefix in owner:
+                problems.append(f"{path.name}: prefix {prefix!r} is also declared by {owner[prefix]}")
+            owner.setdefault(prefix, path.name)
+        for entry in doc.get("rules") or ():
+            rid = str(entry.get("id"))
+            if not rid.startswith(prefixes):
+                problems.append(f"{path.name}: rule {rid} does not start with the file's prefix "
+                                f"{' or '.join(prefixes)}")
+    return problems
+
+
+def lint(catalog: Catalog, ruleset: RuleSet, fact_keys: Iterable[str], presets: dict[str, dict],
+         root: Path = RULES_DIR) -> list[str]:
     """Every problem found, in a stable order; an empty list means the rule set is clean."""
     problems = check_names(catalog, ruleset, fact_keys)
     problems += check_values(catalog, ruleset)
     problems += check_derived(catalog, ruleset, fact_keys)
     problems += check_governance(ruleset)
     problems += check_cycles(catalog, ruleset)
+    problems += check_prefixes(ruleset, root)
+    problems += check_readability(ruleset, load_pending(ruleset.system, root))
     if not problems:
         problems += check_presets(Plan(catalog, ruleset), presets)
     return problems

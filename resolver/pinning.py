@@ -72,6 +72,11 @@ class Pinning:
         groups = self.exclusions(pins)
         return None if groups is None else tuple(dict.fromkeys(r for g in groups for r in g))
 
+    def first_exclusion(self, pins: Mapping[str, Any]) -> list[tuple[Rule, ...]] | None:
+        """None when legal; else at most one group of rules (none when no single proof is at hand):
+        cheaper than `exclusions`, for searches that only need to know whether and roughly why."""
+        return self._judge(pins, every=False)
+
     def exclusions(self, pins: Mapping[str, Any]) -> list[tuple[Rule, ...]] | None:
         """None when legal; else groups of rules, each unsatisfiable by itself with these pins."""
         return self._judge(pins, every=True)

@@ -131,8 +131,8 @@ def test_flag_filter_limits_the_report_to_named_flags(toy):
 def test_flag_filter_rejects_unknown_and_open_ended_flags(toy):
     with pytest.raises(UsageError, match="did you mean attention_backend"):
         dry_run("llm", {}, B200, only=["attention_backnd"])
-    with pytest.raises(UsageError, match="open-ended"):
-        dry_run("llm", {}, B200, only=["tp_size"])
+    with pytest.raises(UsageError, match="open-ended"):  # no default, no rule names a value, no candidates
+        dry_run("llm", {}, B200, only=["chunked_prefill_size"])
 
 
 def test_a_conflicting_command_raises_the_conflict(toy):
@@ -171,6 +171,77 @@ def test_pinning_several_flags_at_once(toy):
     assert pinning.legal({"attention_backend": "triton", "kv_cache_dtype": "fp4_e2m1"})
     assert [r.id for r in pinning.verdict({"attention_backend": "fa3", "kv_cache_dtype": "auto"})] == [
         "attn.fa3.hopper"]
+
+
+# -- integer and list flags: a declared candidate set, judged by the solver -----------------------
+
+SIXTY_FOUR_HEADS = {**H100, "model.num_attention_heads": 64}   # 8 GPUs
+
+
+def test_integer_flag_tries_powers_of_two_and_divisors_and_the_solver_judges_them(toy):
+    candidates = values_of(toy, "tp_size", [SIXTY_FOUR_HEADS])
+    # upstream's constraints on tp: the heads split evenly across ranks, one rank per GPU
+    assert {2, 4, 8, 16, 32, 64} <= set(candidates) and candidates == sorted(candidates)
+    _, (tp,) = dry_run("llm", {}, SIXTY_FOUR_HEADS, only=["tp_size"])
+    assert list(tp.legal) == [v for v in candidates if 64 % v == 0 and v <= 8]
+    assert 2 in tp.legal
+    excluded = dict(tp.excluded)
+    assert [rid for rid, _ in excluded[16]] == ["par.world_size.fits"]
+
+
+def test_a_candidate_that_does_not_divide_the_heads_is_excluded_by_that_rule(toy):
+    facts = {**H100, "model.num_attention_heads": 12}   # 12 heads on 8 GPUs: tp 8 splits them unevenly
+    _, (tp,) = dry_run("llm", {}, facts, only=["tp_size"])
+    assert tp.legal == (1, 2, 3, 4, 6)                  # the divisors of 12 that fit 8 GPUs
+    assert [rid for rid, _ in dict(tp.excluded)[8]] == ["model.heads.divide"]
+    assert [rid for rid, _ in dict(tp.excluded)[12]] == ["par.world_size.fits"]
+
+
+def test_candidates_follow_the_facts_and_unknown_facts_add_nothing(toy):
+    assert values_of(toy, "tp_size", [{}]) == [1]           # the default only
+    assert values_of(toy, "tp_size", [{"gpu.count": 2}, {"gpu.count": 4}]) == [1, 2, 4]
+    assert values_of(toy, "tp_size", [{"gpu.count": "many"}]) == [1]
+
+
+LLAMA_70B = {   # meta-llama/Llama-3.1-70B-Instruct config.json, the fields the model facts read
+    "architectures": ["LlamaForCausalLM"], "hidden_size": 8192, "num_attention_heads": 64,
+    "num_key_value_heads": 8, "num_hidden_layers": 80, "max_position_embeddings": 131072,
+    "vocab_size": 128256, "torch_dtype": "bfloat16"}
+
+
+def test_real_rules_tp_for_a_64_head_70b_model_on_8_gpus(tmp_path):
+    """Issue 17: the legal tp list holds 2 and every value that divides the heads and fits the GPUs.
+
+    Upstream: tp must divide the attention heads (64) and tp x dp x pp must fit the 8 GPUs, so only
+    2, 4, 8 and 1 pass those; a weights-fit rule (issue 10) may exclude 1 as well, so 1 is not
+    asserted either way here.
+    """
+    model = tmp_path / "Llama-3.1-70B-Instruct"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(LLAMA_70B))
+    facts = load_facts("h100", model_path=str(model))
+    user = {"model_path": str(model)}
+    _, (tp,) = dry_run("llm", user, facts, only=["tp_size"])
+    judged = set(tp.legal) | {v for v, _ in tp.excluded}
+    assert {2, 4, 8} <= set(tp.legal)
+    assert set(tp.legal) - {1} == {v for v in judged if 64 % v == 0 and v <= 8} - {1}
+    assert all(v not in tp.legal for v in (3, 6))
+    plan = api.plan_for("llm")
+    for value in tp.legal:
+        assert plan.satisfiable({**user, "tp_size": value}, facts)
+
+
+def test_list_flags_try_their_declared_lists(tmp_path, monkeypatch):
+    import resolver.dryrun as dryrun
+
+    flags = [{"name": "graph_sizes", "flags": ["--graph-sizes"], "type": "list", "nullable": True, "default": None}]
+    rules = [{"id": "sizes.small", "kind": "require", "when": "graph_sizes is not None",
+              "require": "max(graph_sizes) <= 8", "reason": "small graphs only."}]
+    monkeypatch.setattr(dryrun, "_candidate_specs", lambda: {"graph_sizes": {"values": [[1, 2], [1, 2, 4, 8, 16]]}})
+    plan = _use(monkeypatch, _plan(tmp_path, flags, rules))
+    assert values_of(plan, "graph_sizes") == [[1, 2], [1, 2, 4, 8, 16]]
+    _, (choice,) = dry_run("llm", {}, H100, only=["graph_sizes"])
+    assert choice.legal == ([1, 2],) and [v for v, _ in choice.excluded] == [[1, 2, 4, 8, 16]]
 
 
 # -- the real rule sets: properties that do not depend on which rules exist -----------------------

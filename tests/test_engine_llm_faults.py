@@ -66,3 +66,27 @@ def test_a_client_that_disconnects_aborts_its_request(server, path, body, stream
                 client.post(path, json=body)
     assert wait_for(lambda: aborted(server) == before + 1), "the request was aborted"
     assert wait_for(lambda: running(server) == 0), "nothing is left running"
+
+
+def test_a_stopped_rank_fails_requests_then_health_and_the_server_exits_with_the_watchdog_code(tmp_path):
+    """SIGSTOP on the scheduler rank: after --watchdog-timeout the request in flight gets a JSON
+    503 naming the watchdog, /health turns 503, and the whole group goes down with EXIT_WATCHDOG."""
+    import os
+    import signal
+
+    from engine.supervisor import EXIT_WATCHDOG
+
+    srv = Server(server_config(watchdog_timeout=2), tmp_path)
+    rank = next(pid for name, pid in srv.pids.items() if name not in ("http", "detokenizer"))
+    try:
+        os.kill(rank, signal.SIGSTOP)
+        response = httpx.post(f"{srv.url}/generate", timeout=60, json={"text": "stuck", "sampling_params": LONG})
+        assert response.status_code == 503 and "watchdog" in response.json()["error"]["message"]
+        health = httpx.get(f"{srv.url}/health", timeout=10)
+        assert health.status_code == 503 and "watchdog" in health.json()["error"]
+        assert srv.proc.wait(60) == EXIT_WATCHDOG
+        assert "watchdog" in srv.output()
+    finally:
+        srv.stop()
+    assert [p for p in srv.pids.values() if alive(p)] == [], "the stopped rank was killed too"
+    assert srv.new_ipc_dirs() == set()

@@ -12,6 +12,8 @@ import pytest
 
 from tests.test_engine_llm_server import API_KEY, AUTH, Server, alive, server_config
 
+AUTH_HEADERS = AUTH
+
 MODEL = "tiny-test"
 ADMIN_KEY = "admin-test-key"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -107,17 +109,131 @@ def test_stop_token_ids_end_the_completion_at_that_token(client, http):
     assert out.usage.completion_tokens == ids.index(ids[2]) + 1
 
 
-@pytest.mark.parametrize("extra,field", [
-    ({"logit_bias": {"65": 5}}, "logit_bias"),
-    ({"presence_penalty": 0.5}, "presence_penalty"),
-    ({"frequency_penalty": 0.5}, "frequency_penalty"),
-    ({"logprobs": 2}, "logprobs"),
-    ({"echo": True}, "echo"),
-    ({"extra_body": {"repetition_penalty": 1.2, "ignore_eos": True}}, "repetition_penalty"),
-    ({"extra_body": {"min_tokens": 3}}, "min_tokens"),
+def test_suffix_is_a_400_naming_it(client):
+    with pytest.raises(openai.BadRequestError, match="suffix"):
+        client.completions.create(model=MODEL, prompt="x", suffix="y", **GREEDY)
+
+
+def test_logit_bias_minus_100_on_the_greedy_token_changes_it(client):
+    greedy_id = http_ids(client, "bias")[0]
+    assert http_ids(client, "bias", logit_bias={str(greedy_id): -100})[0] != greedy_id, "native /generate"
+    one = {**GREEDY, "max_tokens": 1}
+    plain = client.completions.create(model=MODEL, prompt="bias", logprobs=0, **one).choices[0].logprobs
+    biased = client.completions.create(model=MODEL, prompt="bias", logprobs=0, logit_bias={str(greedy_id): -100},
+                                       **one).choices[0].logprobs
+    assert (biased.tokens[0], biased.token_logprobs[0]) != (plain.tokens[0], plain.token_logprobs[0])
+
+
+def http_ids(client, prompt: str, **sampling) -> list[int]:
+    """Greedy output ids of SGLang's native /generate for the same prompt."""
+    response = httpx.post(f"{str(client.base_url).removesuffix('/v1/')}/generate", headers=AUTH_HEADERS,
+                          json={"text": prompt, "sampling_params": {"max_new_tokens": 8, "temperature": 0,
+                                                                   "ignore_eos": True, **sampling}}, timeout=120)
+    return response.json()["output_ids"]
+
+
+def test_completion_top_logprobs_are_sorted_and_the_greedy_token_is_the_best(client):
+    out = client.completions.create(model=MODEL, prompt="rank", logprobs=5, **GREEDY).choices[0]
+    lp = out.logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 8
+    for chosen, top in zip(lp.token_logprobs, lp.top_logprobs):
+        values = list(top.values())
+        assert values == sorted(values, reverse=True) and chosen == pytest.approx(values[0])
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(8)]
+
+
+def test_echo_returns_the_prompt_and_its_logprobs_agree_with_generation(client):
+    prompt = [256, *b"echo me"]
+    plain = client.completions.create(model=MODEL, prompt=prompt, logprobs=1, **{**GREEDY, "max_tokens": 1})
+    token_lp = plain.choices[0].logprobs.token_logprobs[0]
+    next_id = http_ids(client, "echo me")[0]
+    echoed = client.completions.create(model=MODEL, prompt=[*prompt, next_id], echo=True, logprobs=1,
+                                       **{**GREEDY, "max_tokens": 1}).choices[0]
+    lp = echoed.logprobs
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None, "the first token follows nothing"
+    assert len(lp.tokens) == len(prompt) + 2
+    assert lp.token_logprobs[len(prompt)] == pytest.approx(token_lp, abs=1e-4), \
+        "a prompt token's logprob equals the one it had when it was generated"
+    assert echoed.text.startswith("echo me")
+    text_only = client.completions.create(model=MODEL, prompt="echo me", echo=True, **GREEDY).choices[0]
+    assert text_only.text == "echo me" + client.completions.create(model=MODEL, prompt="echo me",
+                                                                   **GREEDY).choices[0].text
+
+
+def test_streamed_logprobs_concatenate_to_the_plain_ones(client):
+    kwargs = dict(model=MODEL, prompt="stream lp", logprobs=2, echo=True, **GREEDY)
+    plain = client.completions.create(**kwargs).choices[0].logprobs
+    tokens, values = [], []
+    for chunk in client.completions.create(stream=True, **kwargs):
+        if chunk.choices and chunk.choices[0].logprobs:
+            tokens += chunk.choices[0].logprobs.tokens
+            values += chunk.choices[0].logprobs.token_logprobs
+    assert tokens == plain.tokens and values[0] is None
+    assert values[1:] == pytest.approx(plain.token_logprobs[1:], abs=1e-6)
+
+
+def test_chat_logprobs_and_top_logprobs_streamed_and_not(client):
+    kwargs = dict(model=MODEL, messages=[{"role": "user", "content": "lp"}], logprobs=True, top_logprobs=3, **GREEDY)
+    plain = client.chat.completions.create(**kwargs).choices[0].logprobs.content
+    assert len(plain) == 8
+    for token in plain:
+        assert len(token.top_logprobs) == 3 and token.logprob == pytest.approx(token.top_logprobs[0].logprob)
+        assert token.bytes == list(token.token.encode())
+    streamed = [t for chunk in client.chat.completions.create(stream=True, **kwargs)
+                if chunk.choices and chunk.choices[0].logprobs for t in chunk.choices[0].logprobs.content]
+    assert [(t.token, round(t.logprob, 5)) for t in streamed] == [(t.token, round(t.logprob, 5)) for t in plain]
+    no_lp = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "lp"}], **GREEDY)
+    assert no_lp.choices[0].logprobs is None
+
+
+def test_native_generate_returns_logprobs_in_upstreams_shape(http):
+    body = {"text": "native", "return_logprob": True, "top_logprobs_num": 2, "logprob_start_len": 0,
+            "return_text_in_logprobs": True,
+            "sampling_params": {"max_new_tokens": 4, "temperature": 0, "ignore_eos": True}}
+    out = http.post("/generate", json=body).json()
+    info = out["meta_info"]
+    assert [t for _, t, _ in info["output_token_logprobs"]] == out["output_ids"]
+    assert len(info["input_token_logprobs"]) == info["prompt_tokens"] and info["input_token_logprobs"][0][0] is None
+    assert info["input_top_logprobs"][0] is None and all(len(t) == 2 for t in info["output_top_logprobs"])
+    events = [line for line in http.post("/generate", json={**body, "stream": True}).text.splitlines()
+              if line.startswith("data: {")]
+    import json
+    last = json.loads(events[-1][len("data: "):])["meta_info"]
+    assert [t for _, t, _ in last["output_token_logprobs"]] == out["output_ids"]
+    assert len(last["input_token_logprobs"]) == info["prompt_tokens"]
+
+
+def test_min_tokens_keeps_a_stop_token_out_until_reached(client):
+    first = http_ids(client, "min")[0]
+    stopped = client.completions.create(model=MODEL, prompt="min", **{**GREEDY, "extra_body": {
+        "ignore_eos": True, "stop_token_ids": [first]}})
+    assert stopped.usage.completion_tokens == 1
+    held = client.completions.create(model=MODEL, prompt="min", logprobs=0, **{**GREEDY, "extra_body": {
+        "ignore_eos": True, "stop_token_ids": [first], "min_tokens": 3}})
+    assert held.usage.completion_tokens >= 3
+    assert first not in http_ids(client, "min", stop_token_ids=[first], min_new_tokens=3)[:3]
+
+
+def test_frequency_penalty_changes_nothing_before_the_first_repeat(client):
+    plain = http_ids(client, "repeat repeat", max_new_tokens=48)
+    repeat = next((i for i, t in enumerate(plain) if t in plain[:i]), None)
+    assert repeat is not None, "the tiny model repeats itself within 48 greedy tokens"
+    penalized = http_ids(client, "repeat repeat", max_new_tokens=48, frequency_penalty=2.0, presence_penalty=2.0)
+    assert penalized[:repeat] == plain[:repeat]
+    assert penalized != plain
+    assert client.completions.create(model=MODEL, prompt="repeat repeat", frequency_penalty=2.0,
+                                     presence_penalty=2.0, **{**GREEDY, "max_tokens": 48,
+                                     "extra_body": {"ignore_eos": True, "repetition_penalty": 1.5}}).choices
+
+
+@pytest.mark.parametrize("extra,word", [
+    ({"frequency_penalty": 3}, "frequency_penalty"),
+    ({"logit_bias": {"999999": 1}}, "logit_bias"),
+    ({"logprobs": 50}, "logprobs"),
+    ({"extra_body": {"min_tokens": 99}}, "min_tokens"),
 ])
-def test_unimplemented_completion_fields_are_a_400_naming_them(client, extra, field):
-    with pytest.raises(openai.BadRequestError, match=field):
+def test_out_of_range_sampling_fields_are_a_400_naming_them(client, extra, word):
+    with pytest.raises(openai.BadRequestError, match=word):
         client.completions.create(model=MODEL, prompt="x", **{**GREEDY, **extra})
 
 

@@ -86,7 +86,6 @@ def test_print_config_prints_the_table_and_starts_nothing(capsys):
     ("llm", ["--facts", "h100", "--speculative-algorithm", "NGRAM"], "speculative_algorithm"),
     ("llm", ["--facts", "cpu", "--enable-lora"], "enable_lora"),
     ("llm", ["--facts", "cpu", "--chat-template", "chatml"], "chat_template"),
-    ("llm", ["--facts", "cpu", "--watchdog-timeout", "60"], "watchdog_timeout"),
     ("llm", ["--facts", "cpu", "--log-level", "debug"], "log_level"),
     ("diffusion", ["--facts", "h100", "--attention-backend", "fa"], "attention_backend"),
     ("diffusion", ["--facts", "cpu", "--webui"], "webui"),

@@ -1,5 +1,7 @@
 """Conflicts: minimal, independent ones reported together, fixes verified, --relax reports changes."""
 
+import json
+
 import pytest
 
 from resolver import api
@@ -73,3 +75,111 @@ def test_relax_applies_the_best_fix_and_reports_it(plan):
     assert config.provenance["dp_size"] == {"source": "relax", "rule": "par.dp_attention.divides", "was": 3}
     assert config.values["attention_backend"] != "fa3"
     assert any(w.startswith("[relax]") and "--dp-size 8" in w for w in config.warnings)
+
+
+# --- derived values in explanations -----------------------------------------------------------
+
+DERIVED = """
+derived:
+  - id: blackwell
+    type: bool
+    values: [{value: "platform == 'cuda' and gpu.sm in (100, 103)"}]
+    reason: a datacenter Blackwell GPU
+  - id: fp4_kv_capable
+    type: bool
+    values:
+      - {value: false, when: "not blackwell"}
+      - {value: "version(cuda) >= version('12.8')"}
+    reason: the GPU and toolkit have FP4 KV kernels
+"""
+FP4_RULE = """
+prefix: x.
+rules:
+  - {id: x.fp4.kernels, kind: require, when: "kv_cache_dtype == 'fp4_e2m1'", require: fp4_kv_capable,
+     reason: FP4 KV kernels exist for Blackwell with CUDA 12.8 or newer.}
+"""
+
+
+@pytest.fixture
+def derived_plan(tmp_path, monkeypatch):
+    from resolver.catalog import load_catalog
+    from resolver.rules import load_rules
+    from resolver.solve import Plan
+    import yaml
+
+    from tests.toy import RULES, write_toy
+
+    write_toy(tmp_path)
+    # The toy's own FP4 rule is written inline; this one reads derived values instead.
+    toy = dict(RULES, rules=[r for r in RULES["rules"] if r["id"] != "kv.fp4.blackwell"])
+    (tmp_path / "llm" / "toy.yaml").write_text(yaml.safe_dump(toy, sort_keys=False))
+    (tmp_path / "llm" / "derived.yaml").write_text(DERIVED)
+    (tmp_path / "llm" / "x.yaml").write_text(FP4_RULE)
+    plan = Plan(load_catalog("llm", tmp_path), load_rules("llm", tmp_path))
+    monkeypatch.setattr(api, "plan_for", lambda system: plan)
+    return plan
+
+
+def _readings(plan, facts, user=None):
+    from resolver.explain import derived_readings
+    from resolver.solve import Env
+
+    rule = plan.ruleset.by_id()["x.fp4.kernels"]
+    return [r.line() for r in derived_readings(plan, rule.expressions(), Env(plan, user or {}, facts, {}))]
+
+
+def test_an_explanation_names_each_derived_value_with_its_value_and_what_it_read(derived_plan):
+    assert _readings(derived_plan, H100) == [
+        "blackwell = false because gpu.sm = 90, platform = cuda",
+        "fp4_kv_capable = false (when not blackwell) because blackwell = false, cuda = 12.8"]
+    assert _readings(derived_plan, {**B200, "cuda": "12.6"})[1] == (
+        "fp4_kv_capable = false because blackwell = true, cuda = 12.6")
+
+
+def test_a_derived_value_over_an_unknown_fact_says_which_fact_it_needs(derived_plan):
+    facts = {k: v for k, v in H100.items() if k != "gpu.sm"}
+    assert _readings(derived_plan, facts)[0] == (
+        "blackwell = unknown (needs gpu.sm) because gpu.sm = unknown (needs gpu.sm), platform = cuda")
+
+
+def test_a_conflict_report_shows_the_derived_values_its_rule_read(derived_plan):
+    from resolver.proof import render_conflict
+
+    with pytest.raises(api.ConflictError) as err:
+        api.resolve("llm", {"kv_cache_dtype": "fp4_e2m1"}, H100)
+    text = render_conflict(err.value)
+    assert "  rule      x.fp4.kernels requires `fp4_kv_capable`" in text
+    assert "  derived   blackwell = false because gpu.sm = 90, platform = cuda" in text
+
+
+def test_why_lists_the_derived_values_in_the_chain(capsys):
+    """Real rules: the SM100 test behind the attention backend choice on a Hopper GPU is shown."""
+    from resolver.commands import why
+
+    assert why.main(["attention_backend", "--facts", "h100", "--tp", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "  derived sm100 = false because gpu.sm = 90, platform = cuda" in out
+    assert why.main(["attention_backend", "--facts", "h100", "--tp", "8", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    derived = {d["name"]: d for d in data["flags"][0]["derived"]}
+    assert derived["sm100"] == {"name": "sm100", "value": False, "when": None,
+                                "reads": {"gpu.sm": 90, "platform": "cuda"}}
+
+
+def test_values_compared_inside_derived_values_and_named_sets_are_still_mentioned():
+    """Naming a fragment must not hide from a dry run the values the rules compare a flag with."""
+    from resolver.explain import mentioned_values
+
+    plan = api.plan_for("diffusion")
+    sets = {s.id: set(s.values) for s in plan.ruleset.sets}
+    assert sets["bcg_model_ids"] <= mentioned_values(plan, "model_id")            # `model_id in a_set`
+    assert sets["ltx2_two_stage_pipelines"] <= mentioned_values(plan, "pipeline_class_name")
+    assert {"dit", "all", "default", "vae"} <= mentioned_values(plan, "layerwise_offload_components")
+    assert "sage_attn" in mentioned_values(plan, "attention_backend")            # a derived value's `==`
+
+
+def test_mentioned_values_of_the_toy_rules(plan):
+    from resolver.explain import mentioned_values
+
+    assert mentioned_values(plan, "page_size") == {16, 7}        # a default's value, a conflict's `==`
+    assert mentioned_values(plan, "attention_backend") == {"fa3", "flashinfer", "triton", "torch_native"}

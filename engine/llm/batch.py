@@ -23,6 +23,7 @@ class SeqSlice:
     prefix_len: int            # tokens already in the cache before them
     pages: Sequence[int]       # the sequence's pages, in token order
     sample: bool               # does this step end with a token to sample?
+    all_logits: bool = False   # logits of every new token too (prompt log-probabilities)
 
 
 @dataclasses.dataclass
@@ -35,7 +36,9 @@ class ForwardBatch:
     seq_lens: torch.Tensor           # [B] cached tokens after this step
     extend_lens: list[int]
     extend_lens_tensor: torch.Tensor  # [B], for kernels
-    sample_index: torch.Tensor       # [S] row in [T] of the last token of each sampling sequence
+    sample_index: torch.Tensor       # [R] rows in [T] whose logits the model returns: the last
+                                     # token of each sampling sequence, every token of an
+                                     # all_logits one
 
     @property
     def batch_size(self) -> int:
@@ -44,6 +47,18 @@ class ForwardBatch:
     @property
     def num_tokens(self) -> int:
         return int(self.input_ids.shape[0])
+
+
+def logit_rows(seqs: Sequence[SeqSlice]) -> tuple[list[int], list[int]]:
+    """Where each sequence's rows start in the returned logits, and the row each sampling
+    sequence samples from (its last)."""
+    starts, sampled, row = [], [], 0
+    for s in seqs:
+        starts.append(row)
+        row += len(s.token_ids) if s.all_logits else int(s.sample)
+        if s.sample:
+            sampled.append(row - 1)
+    return starts, sampled
 
 
 def build_batch(seqs: Sequence[SeqSlice], page_size: int, device: torch.device,
@@ -55,7 +70,9 @@ def build_batch(seqs: Sequence[SeqSlice], page_size: int, device: torch.device,
         ids.extend(s.token_ids)
         positions.extend(range(s.prefix_len, s.prefix_len + len(s.token_ids)))
         owners.extend([index] * len(s.token_ids))
-        if s.sample:
+        if s.all_logits:
+            sample_rows.extend(range(len(ids) - len(s.token_ids), len(ids)))
+        elif s.sample:
             sample_rows.append(len(ids) - 1)
     # Only the pages holding cached tokens; rows are padded with the scratch page.
     used = [list(s.pages[:-(-total // page_size)]) for s, total in zip(seqs, totals)]

@@ -2,7 +2,7 @@
 
 Endpoints: SGLang's native /generate, /tokenize, /detokenize, /get_model_info; OpenAI-compatible
 /v1/completions and /v1/chat/completions (n choices, list prompts, text content parts,
-stream_options.include_usage)
+stream_options.include_usage, logprobs / top_logprobs, echo, penalties, logit_bias, min_tokens)
 (streamed as server-sent events when "stream" is true), /v1/models, /health (200 once every
 scheduler group reported ready) and /server_info (the resolved config with provenance, plus the
 sizes the ranks derived from it). A bad body is a 400 naming the field; a prompt that does not fit
@@ -36,12 +36,22 @@ from engine.llm.sampling_params import MAX_NEW_TOKENS_DEFAULT, SamplingParams
 from engine.llm.settings import EngineSettings
 from engine.llm.tokenizer import make_tokenizer
 from engine.ports import Endpoints, bind_private
-from engine.supervisor import report_ready
-from resolver.errors import UsageError
+from engine.supervisor import EXIT_WATCHDOG, report_ready
+from resolver.errors import AccordError, UsageError
 from resolver.frozen import ResolvedConfig
 
 OPENAI_COMPLETION_DEFAULT_MAX_TOKENS = 16
 HEALTH_GENERATE_TIMEOUT_S = 20.0
+
+
+WATCHDOG_POLL_S = 0.25
+# After the watchdog fires, /health answers 503 this long before the process exits (and the
+# supervisor tears the group down), so health checkers see why.
+WATCHDOG_EXIT_GRACE_S = 2.0
+
+
+class WatchdogTimeout(AccordError):
+    exit_code = EXIT_WATCHDOG
 
 
 class BadRequest(Exception):
@@ -83,6 +93,9 @@ class FrontEnd:
         self.runtime: dict[int, dict] = {}
         self._queues: dict[str, asyncio.Queue] = {}
         self._next_group = itertools.cycle(range(len(endpoints.scheduler_inputs)))
+        self.watchdog_timeout = config.values.get("watchdog_timeout")
+        self.heartbeats: dict[int, float] = {}  # DP group -> when its leader last reported
+        self.stuck: str | None = None            # set once the watchdog fired
         self.metrics = None
         if config.values.get("enable_metrics"):
             from engine.llm.metrics import Metrics  # prometheus-client only when asked for
@@ -103,10 +116,13 @@ class FrontEnd:
             sock.connect(address)
             self._outboxes.append(sock)
         self.reader = asyncio.create_task(self._read_outputs())
+        self.watchdog = asyncio.create_task(self._watch())
 
     async def _read_outputs(self) -> None:
         while True:
             message = unpack(await self._inbox.recv())
+            if message["type"] in ("ready", "heartbeat"):
+                self.heartbeats[message["dp"]] = time.monotonic()
             if message["type"] == "ready":
                 self.runtime[message["dp"]] = message["runtime"]
             elif message["type"] == "outputs":
@@ -114,6 +130,23 @@ class FrontEnd:
                     queue = self._queues.get(item["rid"])
                     if queue is not None:
                         queue.put_nowait(item)
+
+    async def _watch(self) -> None:
+        """--watchdog-timeout: a scheduler group whose leader stopped reporting fails every
+        request in flight, then /health, then (after a short grace) this process with EXIT_WATCHDOG."""
+        if not self.watchdog_timeout:
+            await asyncio.Event().wait()  # off: never ends
+        while True:
+            await asyncio.sleep(WATCHDOG_POLL_S)
+            now = time.monotonic()
+            silent = sorted(d for d, t in self.heartbeats.items() if now - t > self.watchdog_timeout)
+            if self.ready and silent:
+                self.stuck = (f"watchdog: scheduler group dp{silent[0]} made no progress for more than "
+                              f"{self.watchdog_timeout:g} s (--watchdog-timeout); the server is shutting down")
+                for rid, queue in self._queues.items():
+                    queue.put_nowait({"rid": rid, "error": self.stuck, "error_code": 503})
+                await asyncio.sleep(WATCHDOG_EXIT_GRACE_S)
+                raise WatchdogTimeout(self.stuck)
 
     def check_prompt(self, input_ids: list[int], max_new_tokens: int) -> None:
         if not input_ids:
@@ -128,22 +161,32 @@ class FrontEnd:
                              f"{self.context_length} by {total - self.context_length}; shorten the "
                              "prompt or lower max_new_tokens / max_tokens")
 
+    def check_token_ids(self, params: SamplingParams) -> None:
+        vocab = self.tokenizer.vocab_size
+        bad = [t for t in (params.logit_bias or {}) if int(t) >= vocab]
+        if bad:
+            raise BadRequest(f"logit_bias: token id {bad[0]} is outside the vocabulary [0, {vocab})")
+
     def submit(self, input_ids: list[int], params: SamplingParams, stream: bool,
-               rid: str) -> AsyncIterator[dict]:
+               rid: str, logprobs: dict | None = None) -> AsyncIterator[dict]:
         """Check the prompt now (so a bad one is a 400 before any streaming starts), then return
-        the request's output items (a single one when not streaming)."""
+        the request's output items (a single one when not streaming). `logprobs`, when given, is
+        {"top": alternatives per position, "start": first prompt position, or None for none}."""
+        if self.stuck:
+            raise BadRequest(self.stuck, 503)
         self.check_prompt(input_ids, params.max_new_tokens)
+        self.check_token_ids(params)
         if rid in self._queues:
             raise BadRequest(f"rid {rid!r} is already in use by a running request")
         self._queues[rid] = asyncio.Queue()
-        return self._outputs_of(input_ids, params, stream, rid)
+        return self._outputs_of(input_ids, params, stream, rid, logprobs)
 
     def forget(self, rid: str) -> None:
         """Drop a submitted request whose outputs were never read (nothing was sent for it)."""
         self._queues.pop(rid, None)
 
     async def _outputs_of(self, input_ids: list[int], params: SamplingParams, stream: bool,
-                          rid: str) -> AsyncIterator[dict]:
+                          rid: str, logprobs: dict | None) -> AsyncIterator[dict]:
         queue = self._queues[rid]
         outbox = self._outboxes[next(self._next_group)]
         finished = False
@@ -152,7 +195,7 @@ class FrontEnd:
         try:
             await outbox.send(pack(
                 {"type": "generate", "rid": rid, "input_ids": input_ids, "sampling": params.to_dict(),
-                 "stream": stream}))
+                 "stream": stream, "logprobs": logprobs}))
             while not finished:
                 item = await queue.get()
                 if item.get("error"):
@@ -237,9 +280,8 @@ def sampling_from(raw: Any) -> SamplingParams:
 
 
 # Fields this engine does not implement: a request that sets them is refused, never half-served.
-UNSUPPORTED_WHEN_SET = ("logprobs", "top_logprobs", "echo", "suffix", "tools", "functions",
-                        "logit_bias", "min_tokens")
-UNSUPPORTED_WHEN_NONZERO = ("presence_penalty", "frequency_penalty")
+UNSUPPORTED_WHEN_SET = ("suffix", "tools", "functions")
+MAX_TOP_LOGPROBS = 20  # as vLLM and OpenAI's chat API allow
 
 
 def choice_count(body: dict) -> int:
@@ -258,11 +300,6 @@ def openai_sampling(body: dict, default_max_tokens: int | None) -> SamplingParam
     for field in UNSUPPORTED_WHEN_SET:
         if body.get(field) not in (None, False, [], {}):
             raise BadRequest(f"{field} is not supported by this server; remove it from the request")
-    for field in UNSUPPORTED_WHEN_NONZERO:
-        if body.get(field) not in (None, 0, 0.0):
-            raise BadRequest(f"{field} is not supported by this server; send 0 or omit it")
-    if body.get("repetition_penalty") not in (None, 1, 1.0):
-        raise BadRequest("repetition_penalty is not supported by this server; send 1.0 or omit it")
     if body.get("tool_choice") not in (None, "none"):
         raise BadRequest("tool_choice is not supported by this server (no tool calling)")
     response_format = body.get("response_format")
@@ -273,11 +310,49 @@ def openai_sampling(body: dict, default_max_tokens: int | None) -> SamplingParam
     raw = {"max_new_tokens": max_tokens if max_tokens is not None else MAX_NEW_TOKENS_DEFAULT,
            "temperature": body.get("temperature"), "top_p": body.get("top_p"), "top_k": body.get("top_k"),
            "stop": body.get("stop"), "seed": body.get("seed"), "ignore_eos": body.get("ignore_eos"),
-           "stop_token_ids": body.get("stop_token_ids")}
+           "stop_token_ids": body.get("stop_token_ids"), "frequency_penalty": body.get("frequency_penalty"),
+           "presence_penalty": body.get("presence_penalty"),
+           "repetition_penalty": body.get("repetition_penalty"), "min_new_tokens": body.get("min_tokens"),
+           "logit_bias": body.get("logit_bias")}
     try:
         return SamplingParams.from_request(raw)
     except (ValueError, TypeError) as err:
-        raise BadRequest(str(err).replace("max_new_tokens", "max_tokens")) from None
+        raise BadRequest(str(err).replace("max_new_tokens", "max_tokens").replace("min_new_tokens", "min_tokens")) from None
+
+
+def top_count(value: Any, field: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_TOP_LOGPROBS:
+        raise BadRequest(f"{field} must be an integer in [0, {MAX_TOP_LOGPROBS}]")
+    return value
+
+
+def completion_logprobs(body: dict) -> dict | None:
+    """Completions: `logprobs` N asks for N alternatives per token; with `echo`, the prompt's too."""
+    if body.get("logprobs") is None:
+        return None
+    return {"top": top_count(body["logprobs"], "logprobs"), "start": 0 if body.get("echo") else None}
+
+
+def chat_logprobs(body: dict) -> dict | None:
+    """Chat: `logprobs: true` asks for them, `top_logprobs` N for N alternatives."""
+    wanted = bool_field(body, "logprobs")
+    top = body.get("top_logprobs")
+    if top is not None and not wanted:
+        raise BadRequest("top_logprobs needs logprobs: true")
+    return {"top": top_count(top or 0, "top_logprobs"), "start": None} if wanted else None
+
+
+def native_logprobs(body: dict) -> dict | None:
+    """/generate: return_logprob, top_logprobs_num, logprob_start_len (-1: output only), as upstream."""
+    if not bool_field(body, "return_logprob"):
+        return None
+    start = body.get("logprob_start_len", -1)
+    if start is None:
+        start = -1
+    if not isinstance(start, int) or isinstance(start, bool) or start < -1:
+        raise BadRequest("logprob_start_len must be an integer >= -1 (-1: output tokens only)")
+    return {"top": top_count(body.get("top_logprobs_num") or 0, "top_logprobs_num"),
+            "start": None if start == -1 else start}
 
 
 def bool_field(body: dict, name: str) -> bool:
@@ -396,21 +471,49 @@ def build_app(front: FrontEnd) -> Starlette:
             return await asyncio.to_thread(tokenizer.encode, prompt)
         raise BadRequest(f"{field} must be a string or a list of token ids")
 
-    def meta(item: dict, rid: str) -> dict:
-        return {"id": rid, "finish_reason": item.get("finish_reason"),
+    def token_str(token: int) -> str:
+        return f"token_id:{token}" if skip_text else tokenizer.decode([token])
+
+    def meta(item: dict, rid: str, logprobs: dict | None = None) -> dict:
+        info = {"id": rid, "finish_reason": item.get("finish_reason"),
                 "prompt_tokens": item["prompt_tokens"], "completion_tokens": item["completion_tokens"],
                 "cached_tokens": item["cached_tokens"]}
+        return {**info, **(logprobs or {})}
+
+    def native_logprob_fields(entries: dict, top: int, with_text: bool) -> dict:
+        """Upstream's meta_info shape: (logprob, token id, text or None) per position, and per
+        position its top alternatives (None where there is no logprob: the first prompt token)."""
+        def one(lp, token):
+            return [lp, token, token_str(token) if with_text else None]
+        fields = {}
+        for side in ("input", "output"):
+            fields[f"{side}_token_logprobs"] = [one(lp, t) for lp, t, _ in entries[side]]
+            if top:
+                fields[f"{side}_top_logprobs"] = [None if lp is None else [one(a, b) for a, b in alts]
+                                                  for lp, _, alts in entries[side]]
+        return fields
 
     async def generate(request: Request) -> Response:
         body = await read_json(request)
         params = sampling_from(body.get("sampling_params") or {})
         stream = bool_field(body, "stream")
+        wanted = native_logprobs(body)
+        with_text = bool_field(body, "return_text_in_logprobs")
         if "input_ids" not in body and "text" not in body:
             raise BadRequest("text or input_ids is required")
         field = "input_ids" if "input_ids" in body else "text"
         ids = await prompt_ids(body[field], field)
         rid = str(body.get("rid") or uuid.uuid4().hex)
-        items = front.submit(ids, params, stream, rid)
+        items = front.submit(ids, params, stream, rid, wanted)
+        entries = {"input": [], "output": []}
+
+        def logprob_fields(item: dict) -> dict | None:
+            if wanted is None:
+                return None
+            for side in entries:
+                entries[side] += (item.get("logprobs") or {}).get(side, [])
+            return native_logprob_fields(entries, wanted["top"], with_text)
+
         if stream:
             async def events():
                 text, out_ids = "", []
@@ -418,10 +521,36 @@ def build_app(front: FrontEnd) -> Starlette:
                     text += item["text"] or ""
                     out_ids += item["ids"]
                     yield {"text": None if skip_text else text, "output_ids": out_ids,
-                           "meta_info": meta(item, rid)}
+                           "meta_info": meta(item, rid, logprob_fields(item))}
             return sse(events(), items)
         item = await unless_disconnected(request, final_item(items))
-        return JSONResponse({"text": item["text"], "output_ids": item["ids"], "meta_info": meta(item, rid)})
+        return JSONResponse({"text": item["text"], "output_ids": item["ids"],
+                             "meta_info": meta(item, rid, logprob_fields(item))})
+
+    def top_dict(alternatives: list) -> dict:
+        """{token text: logprob}, best first; tokens that decode alike keep the best logprob."""
+        found: dict[str, float] = {}
+        for value, token in alternatives:
+            found.setdefault(token_str(token), value)
+        return found
+
+    def completion_logprob_fields(entries: list, offset: int) -> dict:
+        """The legacy completions shape; text offsets count from `offset` in the choice's text."""
+        tokens = [token_str(t) for _, t, _ in entries]
+        offsets = []
+        for token in tokens:
+            offsets.append(offset)
+            offset += len(token)
+        return {"tokens": tokens, "token_logprobs": [lp for lp, _, _ in entries],
+                "top_logprobs": [None if lp is None else top_dict(alts) for lp, _, alts in entries],
+                "text_offset": offsets}
+
+    def chat_logprob_fields(entries: list) -> dict:
+        def one(lp, token):
+            text = token_str(token)
+            return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+        return {"content": [{**one(lp, t), "top_logprobs": [one(a, b) for a, b in alts]}
+                            for lp, t, alts in entries], "refusal": None}
 
     def usage(item: dict) -> dict:
         return {"prompt_tokens": item["prompt_tokens"], "completion_tokens": item["completion_tokens"],
@@ -433,20 +562,25 @@ def build_app(front: FrontEnd) -> Starlette:
             raise BadRequest(f"The model `{model}` does not exist. This server serves "
                              f"`{front.model_name}`.", 404)
 
-    async def prompts_of(raw: Any) -> list[list[int]]:
-        """A completion prompt: text, token ids, or a non-empty list of either."""
+    def prompt_list(raw: Any) -> list:
+        """A completion prompt (text, token ids, or a non-empty list of either) as a list of them."""
         if isinstance(raw, list) and raw and all(isinstance(p, (str, list)) for p in raw):
-            return [await prompt_ids(p, f"prompt[{i}]") for i, p in enumerate(raw)]
-        return [await prompt_ids(raw, "prompt")]
+            return raw
+        return [raw]
+
+    async def prompts_of(raw: Any) -> list[list[int]]:
+        listed = prompt_list(raw)
+        return [await prompt_ids(p, "prompt" if listed[0] is raw else f"prompt[{i}]")
+                for i, p in enumerate(listed)]
 
     def start_choices(prompts: list[list[int]], n: int, params: SamplingParams, stream: bool,
-                      rid: str) -> Choices:
+                      rid: str, logprobs: dict | None = None) -> Choices:
         streams, rids = [], []
         try:
             for p, ids in enumerate(prompts):
                 for k in range(n):
                     rids.append(f"{rid}-{p * n + k}")
-                    streams.append(front.submit(ids, params, stream, rids[-1]))
+                    streams.append(front.submit(ids, params, stream, rids[-1], logprobs))
         except BadRequest:
             for submitted in rids[:len(streams)]:
                 front.forget(submitted)
@@ -479,21 +613,39 @@ def build_app(front: FrontEnd) -> Starlette:
         params = openai_sampling(body, OPENAI_COMPLETION_DEFAULT_MAX_TOKENS)
         stream, n = bool_field(body, "stream"), choice_count(body)
         usage_wanted = include_usage(body)
+        echo, wanted = bool_field(body, "echo"), completion_logprobs(body)
         if "prompt" not in body:
             raise BadRequest("prompt is required")
         prompts = await prompts_of(body["prompt"])
+        echoed = [r if isinstance(r, str) else tokenizer.decode(ids)
+                  for r, ids in zip(prompt_list(body["prompt"]), prompts)] if echo and not skip_text \
+            else [""] * len(prompts)
         rid = f"cmpl-{uuid.uuid4().hex}"
         base = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": front.model_name}
-        choices = start_choices(prompts, n, params, stream, rid)
+        choices = start_choices(prompts, n, params, stream, rid, wanted)
+
+        def choice(index: int, item: dict, first: bool, offset: int = 0) -> dict:
+            """One choice (or one chunk of it); with echo the prompt comes first."""
+            prefix = echoed[index // n] if first else ""
+            text = prefix + (item["text"] or "")
+            logprobs = None
+            if wanted is not None:
+                found = item.get("logprobs") or {}
+                entries = (found.get("input", []) if echo else []) + found.get("output", [])
+                logprobs = completion_logprob_fields(entries, offset)
+            return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason(item)}
+
         if stream:
+            offsets = [0] * len(choices.streams)
+
             def chunk(index, item, first):
-                return {"index": index, "text": item["text"] or "", "logprobs": None,
-                        "finish_reason": finish_reason(item)}
+                out = choice(index, item, first, offsets[index])
+                offsets[index] += len(out["text"])
+                return out
             return openai_stream(choices, chunk, base, usage_wanted, prompts, n)
         finals = await unless_disconnected(request, choices.finals())
-        return JSONResponse({**base, "choices": [
-            {"index": i, "text": item["text"] or "", "logprobs": None, "finish_reason": finish_reason(item)}
-            for i, item in enumerate(finals)], "usage": total_usage(finals, [p for p in prompts for _ in range(n)])})
+        return JSONResponse({**base, "choices": [choice(i, item, True) for i, item in enumerate(finals)],
+                             "usage": total_usage(finals, [p for p in prompts for _ in range(n)])})
 
     async def chat_completions(request: Request) -> Response:
         body = await read_json(request)
@@ -501,6 +653,7 @@ def build_app(front: FrontEnd) -> Starlette:
         params = openai_sampling(body, None)
         stream, n = bool_field(body, "stream"), choice_count(body)
         usage_wanted = include_usage(body)
+        wanted = chat_logprobs(body)
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages or not all(
                 isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
@@ -512,19 +665,24 @@ def build_app(front: FrontEnd) -> Starlette:
         prompts = [await asyncio.to_thread(lambda: tokenizer.encode(tokenizer.apply_chat_template(messages)))]
         rid = f"chatcmpl-{uuid.uuid4().hex}"
         base = {"id": rid, "created": int(time.time()), "model": front.model_name}
-        choices = start_choices(prompts, n, params, stream, rid)
+        choices = start_choices(prompts, n, params, stream, rid, wanted)
+
+        def logprobs_of(item: dict) -> dict | None:
+            return None if wanted is None else chat_logprob_fields((item.get("logprobs") or {}).get("output", []))
+
         if stream:
             def chunk(index, item, first):
                 delta = {"content": item["text"] or ""}
                 if first:
                     delta["role"] = "assistant"
-                return {"index": index, "delta": delta, "finish_reason": finish_reason(item)}
+                return {"index": index, "delta": delta, "logprobs": logprobs_of(item),
+                        "finish_reason": finish_reason(item)}
             return openai_stream(choices, chunk, {**base, "object": "chat.completion.chunk"},
                                  usage_wanted, prompts, n)
         finals = await unless_disconnected(request, choices.finals())
         return JSONResponse({**base, "object": "chat.completion", "choices": [
             {"index": i, "message": {"role": "assistant", "content": item["text"]},
-             "finish_reason": finish_reason(item)} for i, item in enumerate(finals)],
+             "logprobs": logprobs_of(item), "finish_reason": finish_reason(item)} for i, item in enumerate(finals)],
             "usage": total_usage(finals, prompts * n)})
 
     def model_card() -> dict:
@@ -567,12 +725,16 @@ def build_app(front: FrontEnd) -> Starlette:
                              "vocab_size": tokenizer.vocab_size})
 
     async def health(request: Request) -> Response:
+        if front.stuck:
+            return JSONResponse({"status": "unhealthy", "error": front.stuck}, status_code=503)
         if front.ready:
             return JSONResponse({"status": "ok"})
         return JSONResponse({"status": "starting"}, status_code=503)
 
     async def health_generate(request: Request) -> Response:
         """Healthy only if a real one-token generation comes back through every process."""
+        if front.stuck:
+            return JSONResponse({"status": "unhealthy", "error": front.stuck}, status_code=503)
         if not front.ready:
             return JSONResponse({"status": "starting"}, status_code=503)
         seed = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else 0
@@ -674,8 +836,8 @@ def run_http(config_data: dict, endpoints: Endpoints) -> None:
                                  "(is another process using that port?); pick a free --port")
             await asyncio.sleep(0.01)
         report_ready()
-        # Either task ending ends the process; a failure of either is this process's error.
-        done, _ = await asyncio.wait({serving, front.reader}, return_when=asyncio.FIRST_COMPLETED)
+        # Any of these tasks ending ends the process; a failure of one is this process's error.
+        done, _ = await asyncio.wait({serving, front.reader, front.watchdog}, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             task.result()
 

@@ -3,12 +3,14 @@
 Unpickling bytes from a socket runs code chosen by whoever wrote them; msgpack only ever yields
 plain data. Every message is a map with a "type" key:
 
-    front end -> scheduler   {"type": "generate", "rid", "input_ids", "sampling", "stream"}
+    front end -> scheduler   {"type": "generate", "rid", "input_ids", "sampling", "stream",
+                              "logprobs": None or {"top": alternatives, "start": prompt position or None}}
                              {"type": "abort", "rid"}
                              {"type": "flush_cache"}
     scheduler -> detokenizer {"type": "outputs", "items": [{"rid", "ids", "finished",
                               "finish_reason", "prompt_tokens", "completion_tokens",
-                              "cached_tokens", "stop", "error"}]}
+                              "cached_tokens", "stop", "error", "logprobs": None or {"input": [...],
+                              "output": [...]}, entries [logprob, token id, [[logprob, token id], ...]]}]}
     detokenizer -> front end the same items, each with "text" (the new text) added
 """
 

@@ -21,6 +21,17 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     seed: int | None = None
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_new_tokens: int = 0
+    logit_bias: dict[str, float] | None = None   # token id (as a string, as in JSON) -> bias
+
+    @property
+    def penalized(self) -> bool:
+        """Does anything change the logits before sampling?"""
+        return bool(self.frequency_penalty or self.presence_penalty or self.repetition_penalty != 1.0
+                    or self.min_new_tokens or self.logit_bias)
 
     @property
     def greedy(self) -> bool:
@@ -37,6 +48,8 @@ class SamplingParams:
         stop = values.get("stop", ())
         values["stop"] = (stop,) if isinstance(stop, str) else tuple(stop)
         values["stop_token_ids"] = tuple(values.get("stop_token_ids", ()))
+        if isinstance(values.get("logit_bias"), dict):
+            values["logit_bias"] = {str(k): v for k, v in values["logit_bias"].items()} or None
         params = cls(**values)
         checks = [
             (isinstance(params.max_new_tokens, int) and params.max_new_tokens >= 1,
@@ -49,6 +62,20 @@ class SamplingParams:
             (all(isinstance(t, int) for t in params.stop_token_ids), "stop_token_ids must be integers"),
             (isinstance(params.ignore_eos, bool), "ignore_eos must be true or false"),
             (params.seed is None or isinstance(params.seed, int), "seed must be an integer"),
+            # Ranges as upstream SGLang checks them.
+            (_is_number(params.frequency_penalty) and -2 <= params.frequency_penalty <= 2,
+             "frequency_penalty must be in [-2, 2]"),
+            (_is_number(params.presence_penalty) and -2 <= params.presence_penalty <= 2,
+             "presence_penalty must be in [-2, 2]"),
+            (_is_number(params.repetition_penalty) and 0 < params.repetition_penalty <= 2,
+             "repetition_penalty must be in (0, 2] (1.0 = no penalty)"),
+            (isinstance(params.min_new_tokens, int) and not isinstance(params.min_new_tokens, bool)
+             and 0 <= params.min_new_tokens <= params.max_new_tokens,
+             "min_new_tokens must be an integer in [0, max_new_tokens]"),
+            (params.logit_bias is None or (isinstance(params.logit_bias, dict) and all(
+                k.isdigit() and _is_number(v) and -100 <= v <= 100
+                for k, v in params.logit_bias.items())),
+             "logit_bias must map token ids to numbers in [-100, 100]"),
         ]
         for ok, message in checks:
             if not ok:

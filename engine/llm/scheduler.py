@@ -10,7 +10,11 @@ in-process. Policy, as resolved:
 - schedule_policy fcfs takes requests in arrival order, lpm the longest cached prefix first
   (falling back to fcfs above LPM_MAX_WAITING waiting requests, as upstream does);
 - a request reserves KV pages for its prompt plus max_new_tokens when admitted, so a running
-  request never has to be preempted; cached prefix pages are shared, not reserved again.
+  request never has to be preempted; cached prefix pages are shared, not reserved again;
+- a request that asks for its prompt's log-probabilities does not reuse a cached prefix (those
+  tokens would not pass through the model, so their logits would not exist).
+Until a request has min_new_tokens tokens, neither EOS, its stop token ids nor its stop strings
+end it (the sampler masks the tokens; stop strings are simply not checked yet).
 """
 
 from __future__ import annotations
@@ -59,6 +63,15 @@ class Req:
     node: Node | None = None     # locked radix node of the cached prefix
     finish_reason: dict | None = None
     sent: int = 0                # output ids already reported
+    top_logprobs: int | None = None    # log-probabilities wanted, with this many alternatives
+    logprob_start: int | None = None   # prompt log-probabilities wanted from this position
+    output_logprobs: list = dataclasses.field(default_factory=list)  # one entry per output id
+    input_logprobs: list = dataclasses.field(default_factory=list)   # from logprob_start on
+    sent_input: int = 0                # input_logprobs entries already reported
+
+    @property
+    def wants_input_logprobs(self) -> bool:
+        return self.logprob_start is not None and self.logprob_start < len(self.input_ids)
 
     @property
     def prefilled(self) -> bool:
@@ -69,7 +82,7 @@ class Req:
         if not self.prefilled:
             end = len(self.input_ids) if max_tokens is None else min(len(self.input_ids), self.computed + max_tokens)
             return SeqSlice(self.input_ids[self.computed:end], self.computed, self.pages,
-                            sample=end == len(self.input_ids))
+                            sample=end == len(self.input_ids), all_logits=self.wants_input_logprobs)
         return SeqSlice([self.output_ids[-1]], self.computed, self.pages, sample=True)
 
 
@@ -135,8 +148,16 @@ class Scheduler:
         if problem:
             self._error(rid, problem, 400, len(input_ids))
             return
-        self.waiting.append(Req(rid, input_ids, params, bool(message.get("stream")), arrival,
-                                request_generator(self.limits.random_seed, arrival, params.seed)))
+        req = Req(rid, input_ids, params, bool(message.get("stream")), arrival,
+                  request_generator(self.limits.random_seed, arrival, params.seed))
+        wanted = message.get("logprobs")
+        if wanted is not None:
+            req.top_logprobs = int(wanted.get("top") or 0)
+            start = wanted.get("start")
+            req.logprob_start = None if start is None else max(0, int(start))
+            if req.logprob_start == 0:  # the first prompt token follows nothing: no logprob
+                req.input_logprobs.append([None, input_ids[0], []])
+        self.waiting.append(req)
 
     def _abort(self, rid: str) -> None:
         for req in self.waiting:
@@ -206,7 +227,8 @@ class Scheduler:
 
     def _admit(self, req: Req) -> bool:
         """Give `req` its KV pages: the cached prefix (shared) plus new ones for the rest."""
-        pages, node = ([], None) if self.cache is None else self.cache.match_prefix(req.input_ids[:-1])
+        cached = self.cache is not None and not req.wants_input_logprobs
+        pages, node = self.cache.match_prefix(req.input_ids[:-1]) if cached else ([], None)
         if node is not None:
             self.cache.lock(node)
         need = self._pages_for(len(req.input_ids) + req.params.max_new_tokens) - len(pages)
@@ -233,13 +255,19 @@ class Scheduler:
 
     # -- results in --------------------------------------------------------------------------------
 
-    def process(self, step: Step, sampled: Sequence[int]) -> None:
-        """Apply one step's sampled tokens (one per slice with sample=True)."""
+    def process(self, step: Step, sampled: Sequence[int], logprobs: Sequence[dict | None] | None = None) -> None:
+        """Apply one step's sampled tokens (one per slice with sample=True) and the log-probability
+        entries of the requests that asked (per slice: {"input": [...], "output": entry})."""
         tokens = iter(sampled)
-        for req, piece in zip(step.reqs, step.slices):
+        for index, (req, piece) in enumerate(zip(step.reqs, step.slices)):
             req.computed += len(piece.token_ids)
+            found = logprobs[index] if logprobs else None
+            if found:
+                req.input_logprobs.extend(found.get("input", ()))
             if piece.sample:
                 req.output_ids.append(int(next(tokens)))
+                if found and found.get("output") is not None:
+                    req.output_logprobs.append([found["output"][0], req.output_ids[-1], found["output"][2]])
                 req.finish_reason = self._finish_reason(req)
             if req.finish_reason is not None:
                 self._release(req)
@@ -248,8 +276,14 @@ class Scheduler:
                 self.running.append(req)
             self._report(req)
 
+    def stop_ids(self, req: Req) -> tuple[int, ...]:
+        """The tokens min_new_tokens keeps out (EOS and stop token ids, as upstream masks them)."""
+        return tuple(self.tokenizer.eos_token_ids) + tuple(req.params.stop_token_ids)
+
     def _finish_reason(self, req: Req) -> dict | None:
         token, p = req.output_ids[-1], req.params
+        if len(req.output_ids) < p.min_new_tokens:
+            return None
         if not p.ignore_eos and token in self.tokenizer.eos_token_ids:
             return {"type": "stop", "matched": token}
         if token in p.stop_token_ids:
@@ -288,12 +322,19 @@ class Scheduler:
         due = finished or (req.stream and pending >= self.limits.stream_interval)
         if not due:
             return
-        ids = req.output_ids[req.sent:] if req.stream else list(req.output_ids)
+        first = req.sent if req.stream else 0
+        ids = req.output_ids[first:]
+        logprobs = None
+        if req.top_logprobs is not None:
+            first_input = req.sent_input if req.stream else 0
+            logprobs = {"output": req.output_logprobs[first:], "input": req.input_logprobs[first_input:]}
+            req.sent_input = len(req.input_logprobs)
         req.sent = len(req.output_ids)
         self._outputs.append({"rid": req.rid, "ids": ids, "finished": finished,
                               "finish_reason": req.finish_reason, "prompt_tokens": len(req.input_ids),
                               "completion_tokens": len(req.output_ids), "cached_tokens": req.prefix_len,
-                              "stop": list(req.params.stop), "error": None, "error_code": None})
+                              "stop": list(req.params.stop), "error": None, "error_code": None,
+                              "logprobs": logprobs})
 
     def take_outputs(self) -> list[dict[str, Any]]:
         outputs, self._outputs = self._outputs, []

@@ -4,11 +4,21 @@ Each loop iteration: the request leader of a group drains its ZMQ inbox (blockin
 nothing anywhere is running), broadcasts what it got to the ranks of its group, every rank runs
 one Worker step, and the leader pushes the outputs to the detokenizer. When idle the leader still
 broadcasts every IDLE_WAIT_S so waiting ranks never hit a collective timeout.
+
+Watchdog (--watchdog-timeout, upstream's default 300 s): the leader sends the front end a
+heartbeat at least every HEARTBEAT_S while its loop turns, so the front end notices a stuck group
+(and fails its requests and /health) after the timeout. Every rank also watches its own loop: one
+iteration (a forward step, or a collective waiting on a stopped peer) that takes longer than the
+timeout plus RANK_WATCHDOG_MARGIN_S ends the rank with EXIT_WATCHDOG, so a group never hangs
+for the 24 h collective timeout, even on a node without the front end. The margin lets the front
+end, which reacts at the timeout itself, report first.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import torch
 import zmq
@@ -17,13 +27,37 @@ from engine.llm.messages import pack, unpack
 from engine.llm.settings import EngineSettings, Rank
 from engine.llm.worker import Worker
 from engine.ports import Endpoints, bind_private
-from engine.supervisor import report_ready
+from engine.supervisor import EXIT_WATCHDOG, report_error, report_ready
 from resolver.frozen import ResolvedConfig
 
 IDLE_WAIT_S = 1.0
 # Under DP attention every attention group steps together, so an idle group must not sleep long
 # while another one has work waiting to start.
 DP_ATTENTION_IDLE_WAIT_S = 0.02
+HEARTBEAT_S = 1.0
+RANK_WATCHDOG_MARGIN_S = 5.0
+
+
+class LoopWatchdog:
+    """Ends this process if the scheduling loop stops turning for longer than `timeout_s`."""
+
+    def __init__(self, timeout_s: float, name: str):
+        self.timeout_s, self.name = timeout_s, name
+        self.last = time.monotonic()
+        threading.Thread(target=self._watch, name="loop-watchdog", daemon=True).start()
+
+    def tick(self) -> None:
+        self.last = time.monotonic()
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(min(1.0, self.timeout_s / 4))
+            stuck = time.monotonic() - self.last
+            if stuck > self.timeout_s:
+                report_error(f"watchdog: scheduler rank {self.name} made no progress for {stuck:.0f} s "
+                             f"(--watchdog-timeout {self.timeout_s - RANK_WATCHDOG_MARGIN_S:g} s; a peer "
+                             "rank or the device is stuck)")
+                os._exit(EXIT_WATCHDOG)
 
 
 def cpu_threads(settings: EngineSettings) -> int:
@@ -63,7 +97,15 @@ def run_scheduler(config_data: dict, rank: Rank, endpoints: Endpoints) -> None:
         outbox.send(pack({"type": "ready", "dp": rank.dp, "runtime": worker.runtime_info()}))
     report_ready()
     idle_wait = DP_ATTENTION_IDLE_WAIT_S if comm.dp_attention else IDLE_WAIT_S
+    timeout = config_data["values"].get("watchdog_timeout")
+    watchdog = LoopWatchdog(timeout + RANK_WATCHDOG_MARGIN_S, rank.name) if timeout else None
+    last_beat = 0.0
     while True:
+        if watchdog is not None:
+            watchdog.tick()
+        if outbox is not None and time.monotonic() - last_beat >= HEARTBEAT_S:
+            outbox.send(pack({"type": "heartbeat", "dp": rank.dp}))
+            last_beat = time.monotonic()
         payload = None
         if inbox is not None:
             busy = worker.has_work() or worker.any_group_busy

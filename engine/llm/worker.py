@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.llm.batch import build_batch
+import torch
+
+from engine.llm.batch import build_batch, logit_rows
 from engine.llm.kv_cache import SCRATCH_PAGE
 from engine.llm.model_config import load_model_config
 from engine.llm.model_runner import ModelRunner
 from engine.llm.parallel import Comm
-from engine.llm.sampling import sample
+from engine.llm.sampling import Row, entry_size, logprob_entry, logprobs, process_logits, sample
 from engine.llm.scheduler import Scheduler, SchedulerLimits
 from engine.llm.settings import EngineSettings, Rank
 from engine.llm.tokenizer import make_tokenizer
@@ -67,14 +69,79 @@ class Worker:
         slices = step.slices if step is not None else []
         batch = build_batch(slices, self.settings.page_size, self.runner.device, SCRATCH_PAGE)
         logits = self.runner.forward(batch)
-        rows = [(r.params, r.generator) for r, s in zip(step.reqs, slices) if s.sample] if step else []
-        sampled = None
+        reqs = [r for r, s in zip(step.reqs, slices) if s.sample] if step else []
+        plan = self._logprob_plan(step)
+        floats = sum((len(inputs) + int(output)) * entry_size(step.reqs[i].top_logprobs)
+                     for i, inputs, output in plan)
+        payload = None
         if self.comm.is_last_stage and self.comm.attn_tp_rank == 0:
-            sampled = sample(logits, [p for p, _ in rows], [g for _, g in rows])
-        sampled = self.comm.share_sampled(sampled, len(rows))
+            payload = self._sample(logits, slices, reqs, plan, step)
+        payload = self.comm.share_sampled(payload, len(reqs) + floats)
+        sampled, values = payload[:len(reqs)], payload[len(reqs):].view(torch.float64).tolist()
         if step is not None:
-            self.scheduler.process(step, sampled.tolist())
+            self.scheduler.process(step, sampled.tolist(), self._logprob_entries(step, plan, values))
         return self.scheduler.take_outputs()
+
+    def _logprob_plan(self, step) -> list[tuple[int, list[tuple[int, int]], bool]]:
+        """For each slice whose request wants log-probabilities: (slice index, the (row within
+        the slice, prompt token) pairs of prompt positions to report, whether its sampled token
+        is reported). Every rank derives the same plan, so they agree on how much is shared."""
+        plan = []
+        for index, (req, piece) in enumerate(zip(step.reqs, step.slices) if step else ()):
+            if req.top_logprobs is None:
+                continue
+            inputs = []
+            if piece.all_logits:
+                for j in range(len(piece.token_ids)):
+                    following = piece.prefix_len + j + 1
+                    if req.logprob_start <= following < len(req.input_ids):
+                        inputs.append((j, req.input_ids[following]))
+            if inputs or piece.sample:
+                plan.append((index, inputs, piece.sample))
+        return plan
+
+    def _sample(self, logits, slices, reqs, plan, step) -> torch.Tensor:
+        """Sampled ids, then the planned log-probability entries as float64 bits (one int64
+        tensor, so one broadcast carries both)."""
+        starts, rows = logit_rows(slices)
+        infos = [Row(r.params, r.generator, r.output_ids, self.scheduler.stop_ids(r)) for r in reqs]
+        sample_logits = logits[rows] if rows else logits[:0]
+        processed = torch.stack([process_logits(sample_logits[k], info) for k, info in enumerate(infos)]) \
+            if infos else sample_logits
+        ids = sample(processed, infos)
+        floats: list[float] = []
+        sample_of = {index: k for k, index in enumerate(i for i, s in enumerate(slices) if s.sample)}
+        for index, inputs, output in plan:
+            req = step.reqs[index]
+            if inputs:
+                block = logprobs(logits[[starts[index] + j for j, _ in inputs]], req.params)
+                for row, (_, token) in zip(block, inputs):
+                    floats += logprob_entry(row, token, req.top_logprobs)
+            if output:
+                k = sample_of[index]
+                floats += logprob_entry(logprobs(processed[k], req.params), int(ids[k]), req.top_logprobs)
+        extra = torch.tensor(floats, dtype=torch.float64).view(torch.int64)
+        return torch.cat([ids.cpu().to(torch.int64), extra])
+
+    @staticmethod
+    def _logprob_entries(step, plan, values: list[float]) -> list[dict | None]:
+        """The shared floats as the scheduler's entries: [logprob, token, [[logprob, token], ...]]."""
+        found: list[dict | None] = [None] * len(step.reqs)
+        at = 0
+
+        def entry(token: int, top: int) -> list:
+            nonlocal at
+            chunk = values[at:at + entry_size(top)]
+            at += entry_size(top)
+            return [chunk[0], token, [[chunk[1 + 2 * i], int(chunk[2 + 2 * i])] for i in range(top)]]
+
+        for index, inputs, output in plan:
+            top = step.reqs[index].top_logprobs
+            item = {"input": [entry(token, top) for _, token in inputs]}
+            if output:
+                item["output"] = entry(-1, top)  # the scheduler fills in the sampled token
+            found[index] = item
+        return found
 
     def close(self) -> None:
         self.comm.close()

@@ -3,8 +3,9 @@
     $ accord why chunked_prefill_size --facts h100 --tp 8
     chunked_prefill_size = 8192   (rule mem.chunked_prefill.tier)
       because gpu.mem_gib >= 60: the H100 tier ...
-      reads tp_size = 8            (you set it)
       reads fact gpu.mem_gib = 80
+      derived big_gpu = true because gpu.mem_gib = 80    (a derived value the rule reads)
+      reads tp_size = 8            (you set it)
 """
 
 from __future__ import annotations
@@ -15,13 +16,29 @@ from resolver import api
 from resolver.api import ConflictError, resolve
 from resolver.commands.resolve import print_conflict, resolve_command
 from resolver.errors import UsageError
+from resolver.explain import derived_readings
 from resolver.flagparse import detect_system
 from resolver.report import describe_value
+from resolver.solve import Env
 
 MAX_DEPTH = 3
 
 
 NOT_REPORTED = "retired, or deprecated and not set: not part of the resolved values"
+
+
+def _env(config, plan) -> Env:
+    """The resolved launch as an environment, to evaluate the derived values a rule read."""
+    user = {k: v for k, v in config.values.items() if config.provenance[k]["source"] == "user"}
+    return Env(plan, user, config.facts, config.values)
+
+
+def _deciding_candidate(rule, value) -> str | None:
+    """The condition of the `prefer` candidate that gave `value` (None: unconditional or not prefer)."""
+    for candidate in rule.values:
+        if candidate.value == value:
+            return " ".join(candidate.when.source.split()) if candidate.when is not None else None
+    return None
 
 
 def _explain(config, plan, name: str, depth: int, seen: set[str], lines: list[str]) -> None:
@@ -39,9 +56,14 @@ def _explain(config, plan, name: str, depth: int, seen: set[str], lines: list[st
     rule = plan.ruleset.by_id()[prov["rule"]]
     condition = f"when {rule.when.source}" if rule.when is not None else "always"
     lines.append(f"{indent}  {rule.kind} rule, {condition}: {rule.reason}")
+    chosen = _deciding_candidate(rule, config.values[name])
+    if chosen is not None:
+        lines.append(f"{indent}  chose {describe_value(config.values[name])} when {chosen}")
     for key in sorted(rule.reads_facts):
         value = config.facts.get(key, "unknown")
         lines.append(f"{indent}  reads fact {key} = {describe_value(value)}")
+    for reading in derived_readings(plan, rule.expressions(), _env(config, plan)):
+        lines.append(f"{indent}  derived {reading.line()}")
     for flag in sorted(rule.reads_flags - {name}):
         _explain(config, plan, flag, depth + 1, seen, lines)
 
@@ -57,9 +79,11 @@ def _explain_data(config, plan, name: str, depth: int, seen: set[str]) -> dict:
     seen.add(name)
     rule = plan.ruleset.by_id()[prov["rule"]]
     node["rule"] = {"id": rule.id, "kind": rule.kind, "reason": rule.reason,
-                    "when": rule.when.source if rule.when is not None else None}
+                    "when": rule.when.source if rule.when is not None else None,
+                    "chosen_when": _deciding_candidate(rule, config.values[name])}
     node["facts"] = {key: config.facts[key] for key in sorted(rule.reads_facts) if key in config.facts}
     node["unknown_facts"] = sorted(key for key in rule.reads_facts if key not in config.facts)
+    node["derived"] = [r.to_dict() for r in derived_readings(plan, rule.expressions(), _env(config, plan))]
     node["reads"] = [_explain_data(config, plan, flag, depth + 1, seen)
                      for flag in sorted(rule.reads_flags - {name})]
     return node
