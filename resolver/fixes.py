@@ -9,10 +9,10 @@ from three places:
   neighbour of a size), or dropping the flag;
 - the unset flags the violated rules read: each value of their finite domain.
 
-Ranking, best first: fewest changed flags; then the ones that keep the user's intent (no typed value
-changed or dropped, and no warning the command did not already have, such as weights that no longer
-fit); then preference order (the rule's hint, then other values nearest to the typed one, then
-added flags, then drops). `--relax` applies the best one, and several conflicts get one combined
+Ranking, best first: fewest changed flags; then the rule's own hint; then the ones that keep the
+user's intent (no warning the command did not already have, such as weights that no longer fit; no
+typed value changed or dropped); then preference order (other values nearest to the typed one,
+then added flags, then drops). `--relax` applies the best one, and several conflicts get one combined
 fix that is verified as a whole.
 """
 
@@ -100,13 +100,14 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
 
 
 def rank(plan: Plan, user, facts, fix: Fix, before: set[str]) -> tuple[int, int, int, int]:
-    """Smaller is better: (changed flags, warnings the fix adds, not the rule's own hint, typed
-    values changed or dropped). A hint is upstream's answer, so at equal size it comes before
-    the other ways out, and `--relax` reproduces upstream; among those, the ones that keep
-    every typed value (adding a flag instead) keep the user's intent best."""
+    """Smaller is better: (changed flags, not the rule's own hint, warnings the fix adds, typed
+    values changed or dropped). A hint is upstream's answer (or the rule author's), so at equal
+    size it comes first and `--relax` reproduces upstream; among the other ways out, those that
+    add no warning (weights that no longer fit, say) and keep every typed value (adding a flag
+    instead) keep the user's intent best."""
     touched = sum(1 for name in fix.flags() if name in user)
     added = len(_warnings(plan, fix.apply(user), facts) - before)
-    return fix.size(), added, 0 if fix.rule else 1, touched
+    return fix.size(), 0 if fix.rule else 1, added, touched
 
 
 def _warnings(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]) -> set[str]:
