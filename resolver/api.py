@@ -14,7 +14,9 @@ from resolver.errors import EXIT_CONFLICT, AccordError, UsageError
 from resolver.explain import Conflict, find_conflicts
 from resolver.expr import UnknownFact
 from resolver.frozen import ResolvedConfig
-from resolver.report import conflict_message, fix_text, flag_arg
+from resolver import conflict_report
+from resolver.fixes import combine, combined_fix, upstream_rewrite
+from resolver.report import flag_arg
 from resolver.rules import load_rules
 from resolver.solve import Env, Plan
 
@@ -28,7 +30,11 @@ def plan_for(system: str) -> Plan:
 
 
 class ConflictError(AccordError):
-    """No legal configuration: carries every independent minimal conflict, each with fixes."""
+    """No legal configuration: carries every independent minimal conflict, each with fixes.
+
+    The report (resolver/conflict_report.py) is built on first use: chains and the combined fix
+    take extra solves that a caller which only needs the conflicts should not pay for.
+    """
 
     exit_code = EXIT_CONFLICT
 
@@ -38,24 +44,32 @@ class ConflictError(AccordError):
         self.user = dict(user)
         self.facts = dict(facts)
         self.conflicts = conflicts
-        rules = plan.ruleset.by_id()
-        self.messages = [conflict_message(plan.catalog, rules, facts, user, c) for c in conflicts]
-        self.fix_lines = [[fix_text(plan.catalog, f) for f in c.fixes] for c in conflicts]
-        super().__init__(self.text())
+        self._plan = plan
+        self._report: dict | None = None
+        super().__init__(f"no legal {self.system} configuration")
+
+    @property
+    def report(self) -> dict:
+        if self._report is None:
+            self._report = conflict_report.build(self._plan, self.user, self.facts, self.conflicts)
+        return self._report
+
+    def __str__(self) -> str:
+        return self.text()
 
     def text(self) -> str:
+        """One paragraph per conflict (its message and fixes), for a log line or an exception."""
         parts = []
-        for i, (message, fixes) in enumerate(zip(self.messages, self.fix_lines), 1):
-            prefix = f"conflict {i} of {len(self.messages)}: " if len(self.messages) > 1 else "conflict: "
+        entries = self.report["conflicts"]
+        for i, entry in enumerate(entries, 1):
+            prefix = f"conflict {i} of {len(entries)}: " if len(entries) > 1 else "conflict: "
+            fixes = entry["fixes"]
             fix = (" Fix: " + " | ".join(fixes) + ".") if fixes else " No single change fixes it."
-            parts.append(prefix + message + fix)
+            parts.append(prefix + entry["message"] + fix)
         return "\n".join(parts)
 
     def to_dict(self) -> dict:
-        return {"error": "conflict", "system": self.system, "conflicts": [
-            {"flags": list(c.flags), "rules": list(c.rules), "facts": list(c.facts),
-             "message": message, "fixes": fixes}
-            for c, message, fixes in zip(self.conflicts, self.messages, self.fix_lines)]}
+        return self.report
 
 
 def _check_known_flags(plan: Plan, user: Mapping[str, Any]) -> None:
@@ -65,11 +79,19 @@ def _check_known_flags(plan: Plan, user: Mapping[str, Any]) -> None:
                          f"see `accord flags --system {plan.catalog.system}`.")
 
 
-def _apply_best_fixes(plan: Plan, user: dict[str, Any], conflicts: list[Conflict],
-                      relaxed: dict[str, dict], notes: list[str]) -> dict[str, Any]:
-    """`--relax`: apply each conflict's first fix, recording every change as provenance and a note."""
-    for conflict in conflicts:
-        fix = conflict.fixes[0]
+def _apply_combined_fix(plan: Plan, user: dict[str, Any], facts: Mapping[str, Any],
+                        conflicts: list[Conflict], relaxed: dict[str, dict],
+                        notes: list[str]) -> dict[str, Any] | None:
+    """`--relax`: apply the best verified fix of all conflicts together, recording every change as
+    provenance and a note (None when there is none). A placeholder is applied only when no other
+    fix exists, and its note says what to fill in."""
+    parts = upstream_rewrite(plan, user, facts, conflicts)
+    as_upstream = parts is not None
+    if parts is None:
+        parts = combined_fix(plan, user, facts, conflicts, avoid_fill_in=True)
+    if parts is None:
+        return None
+    for fix, conflict in parts:
         rule = fix.rule or conflict.rules[0]
         for name, value in fix.changes:
             relaxed[name] = {"source": "relax", "rule": rule, "was": user.get(name)}
@@ -78,8 +100,9 @@ def _apply_best_fixes(plan: Plan, user: dict[str, Any], conflicts: list[Conflict
         for name in fix.drops:
             relaxed[name] = {"source": "relax", "rule": rule, "was": user.get(name)}
             notes.append(f"[relax] dropped {flag_arg(plan.catalog, name, user[name])} (rule {rule})")
-        user = fix.apply(user)
-    return user
+        for name, what in fix.fill_in:
+            notes.append(f"[relax] {plan.catalog[name].primary} is a placeholder: {what}")
+    return combine([fix for fix, _ in parts]).apply(user, as_upstream=as_upstream)
 
 
 def _reported(flag, user: Mapping[str, Any]) -> bool:
@@ -110,9 +133,10 @@ def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any
         if outcome.satisfiable:
             break
         conflicts = find_conflicts(plan, user, facts)
-        if not relax or not all(c.fixes for c in conflicts):
+        fixed = _apply_combined_fix(plan, user, facts, conflicts, relaxed, notes) if relax else None
+        if fixed is None:
             raise ConflictError(plan, user, facts, conflicts)
-        user = _apply_best_fixes(plan, user, conflicts, relaxed, notes)
+        user = fixed
     else:
         raise ConflictError(plan, user, facts, find_conflicts(plan, user, facts))
 

@@ -53,6 +53,7 @@ class Rule:
     values: tuple[Candidate, ...] = ()
     message: str = ""
     fix: tuple[tuple[str, Expr], ...] = ()
+    fix_fill_in: tuple[tuple[str, str], ...] = ()   # fix flags whose value is a placeholder, and what to fill in
     seed: tuple[str, ...] = ()
     file: str = ""
 
@@ -220,6 +221,26 @@ def load_derived(system: str, root: Path = RULES_DIR) -> tuple[tuple[Derived, ..
     return tuple(derived), tuple(sets)
 
 
+def _fix_hint(raw: Any, where: str, names: dict[str, Expr]):
+    """A rule's `fix:` map: flag -> expression, or -> {value: expression, fill_in: text} for a
+    placeholder the user must replace (a host address, say). Returns (flag, expr) pairs and the
+    (flag, fill_in) pairs of the placeholders, both sorted by flag."""
+    if raw is None:
+        return (), ()
+    if not isinstance(raw, dict):
+        raise UsageError(f"{where}: 'fix' must map flag names to values (expressions).")
+    fix, fill_in = [], []
+    for flag, spec in sorted(raw.items()):
+        if isinstance(spec, dict):
+            if set(spec) != {"value", "fill_in"} or not isinstance(spec["fill_in"], str) or not spec["fill_in"]:
+                raise UsageError(f"{where}: fix {flag!r} as a map needs exactly 'value' (an expression) "
+                                 f"and 'fill_in' (what the user must replace the placeholder with).")
+            fill_in.append((flag, spec["fill_in"]))
+            spec = spec["value"]
+        fix.append((flag, _expr(spec, where, names)))
+    return tuple(fix), tuple(fill_in)
+
+
 def _rule_from_yaml(entry: dict, area: str, path: Path, names: dict[str, Expr]) -> Rule:
     rid = entry.get("id")
     where = f"{path.name}: rule {rid!r}"
@@ -244,7 +265,7 @@ def _rule_from_yaml(entry: dict, area: str, path: Path, names: dict[str, Expr]) 
         else Candidate(v)
         for v in entry.get("values", ())
     )
-    fix = tuple((flag, _expr(text, where, names)) for flag, text in sorted((entry.get("fix") or {}).items()))
+    fix, fill_in = _fix_hint(entry.get("fix"), where, names)
     seed = entry.get("seed") or ()
     return Rule(
         id=rid, kind=kind, area=area, reason=str(entry.get("reason") or entry.get("message") or ""),
@@ -253,7 +274,7 @@ def _rule_from_yaml(entry: dict, area: str, path: Path, names: dict[str, Expr]) 
         require=_expr(entry["require"], where, names) if "require" in entry else None,
         flag=entry.get("flag"),
         value=_expr(entry["value"], where, names) if "value" in entry else None,
-        values=values, message=str(entry.get("message") or ""), fix=fix,
+        values=values, message=str(entry.get("message") or ""), fix=fix, fix_fill_in=fill_in,
         seed=tuple([seed] if isinstance(seed, str) else seed), file=path.name,
     )
 

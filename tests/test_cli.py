@@ -207,3 +207,59 @@ def test_why_help_prints_usage_and_exits_0(capsys):
 def test_why_names_a_deprecated_flag_left_out_of_the_values(capsys):
     code, out, _ = run(capsys, "why", "disable_cuda_graph", "--facts", "h100")
     assert code == 0 and out.startswith("disable_cuda_graph: retired, or deprecated and not set")
+
+
+# -- fixes an operator would apply (real rules) -------------------------------------------------------
+
+def _conflict_json(capsys, *argv):
+    code, out, _ = run(capsys, "resolve", "--json", *argv)
+    assert code == 3
+    return json.loads(out)
+
+
+def _all_fixes(data):
+    return [f for c in data["conflicts"] for f in c["fix_details"]]
+
+
+def test_tp_16_on_one_8_gpu_node_offers_two_nodes_with_an_address_to_fill_in(capsys):
+    data = _conflict_json(capsys, "--facts", "h100", "--tp-size", "16")
+    nodes = next(f for f in _all_fixes(data) if any(c["flag"] == "nnodes" for c in f["changes"]))
+    assert {c["flag"]: c["to"] for c in nodes["changes"]} == {"nnodes": 2, "dist_init_addr": "HOST:PORT"}
+    assert [item["flag"] for item in nodes["fill_in"]] == ["dist_init_addr"]
+    assert nodes["command"][:2] == ["--tp-size", "16"]  # the parallel degree asked for stays
+    assert run(capsys, "resolve", "--facts", "h100", *nodes["command"])[0] == 0
+
+
+def test_relax_of_tp_16_keeps_the_most_parallelism_that_fits_one_node(capsys):
+    code, out, _ = run(capsys, "resolve", "--json", "--relax", "--facts", "h100", "--tp-size", "16")
+    assert code == 0
+    data = json.loads(out)
+    # Upstream's world size must fit gpu.count=8 GPUs; tp 8 is the largest that does (not tp 1).
+    assert data["relaxed"] == [{"flag": "tp_size", "from": 16, "to": 8, "rule": "par.world_size.fits_gpus"}]
+
+
+def test_diffusion_tp_2_on_one_gpu_offers_num_gpus_2(capsys):
+    data = _conflict_json(capsys, "--system", "diffusion", "--facts", "h100", "--tp-size", "2")
+    best = _all_fixes(data)[0]
+    assert best["changes"] == [{"flag": "num_gpus", "from": None, "to": 2, "rule": best["changes"][0]["rule"]}]
+    assert run(capsys, "resolve", "--system", "diffusion", "--facts", "h100", *best["command"])[0] == 0
+
+
+def test_breakable_cuda_graphs_without_resolutions_offers_the_model_default_size(capsys):
+    # Z-Image samples at 1024x1024 by default (upstream configs/sample/zimage.py), which upstream
+    # 0.5.23 captures when --warmup-resolutions is missing.
+    argv = ["--system", "diffusion", "--facts", "h100", "--model-path", "Tongyi-MAI/Z-Image",
+            "--enable-breakable-cuda-graph"]
+    data = _conflict_json(capsys, *argv)
+    best = _all_fixes(data)[0]
+    assert best["changes"] == [{"flag": "warmup_resolutions", "from": None, "to": ["1024x1024"],
+                                "rule": "cg.bcg.needs_resolutions"}]
+    assert best["command"][:len(argv) - 4] == argv[4:]
+    assert run(capsys, "resolve", "--system", "diffusion", "--facts", "h100", *best["command"])[0] == 0
+
+
+def test_the_conflict_report_fits_the_terminal(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "72")
+    code, _, err = run(capsys, "resolve", "--system", "diffusion", "--facts", "h100", "--model-path",
+                       "Tongyi-MAI/Z-Image", "--enable-breakable-cuda-graph", "--dp-size", "2")
+    assert code == 3 and max(len(line) for line in err.splitlines()) <= 72

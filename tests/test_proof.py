@@ -9,7 +9,8 @@ import pytest
 from resolver import api
 from resolver.explain import Fix
 from resolver.flagparse import parse_flags
-from resolver.proof import command_line, render_conflict, wants_color
+from resolver.conflict_report import command_argv
+from resolver.proof import render_conflict, wants_color
 from tests.toy import B200, H100, toy_plan
 
 ANSI = re.compile(r"\033\[[0-9;]*m")
@@ -30,8 +31,20 @@ def _conflict(user, facts):
 
 
 def _commands(text):
-    return [line.split("command", 1)[1].split("   (")[0].strip()
-            for line in text.splitlines() if line.startswith("  command")]
+    """Every `command` block of a report, its ` \\` continuation lines joined."""
+    out, current = [], None
+    for line in text.splitlines():
+        if line.startswith("  command"):
+            current = line.split("command", 1)[1].strip()
+        elif current is not None and line.startswith(" " * 12):
+            current = current[:-1].rstrip() + " " + line.strip()
+        else:
+            current = None
+            continue
+        if not current.endswith("\\"):
+            out.append(current)
+            current = None
+    return out
 
 
 def test_proof_says_what_you_set_the_machine_the_rule_and_why(plan):
@@ -66,7 +79,7 @@ def test_flags_that_conflict_without_the_machine_say_so(plan):
     text = render_conflict(_conflict({"tp_size": 8, "dp_size": 3, "enable_dp_attention": True}, H100))
     assert "  machine" not in text
     assert "no legal configuration includes --dp-size 3 --enable-dp-attention." in text
-    assert "  fix       --dp-size 8  (what upstream does)" in text
+    assert "  fix       --dp-size 8  (the rule's own fix)" in text
 
 
 def test_no_color_unless_asked(plan):
@@ -90,29 +103,51 @@ def test_color_is_for_terminals_only(monkeypatch):
     assert not wants_color(Terminal())
 
 
-def test_every_fix_comes_with_a_command_that_parses_and_resolves(plan):
+def test_every_fix_comes_with_a_command_that_keeps_the_other_flags(plan):
     for user, facts in ((TWO_CONFLICTS, B200), ({"tp_size": 16}, H100), ({"attention_backend": "fa3"}, B200)):
         err = _conflict(user, facts)
-        text = render_conflict(err)
-        commands = _commands(text)
-        assert len(commands) == sum(len(c.fixes) for c in err.conflicts) > 0
-        for command in commands:
-            words = [] if command == "(no flags)" else shlex.split(command)
-            _, parsed = parse_flags(words, system="llm")
-            api.resolve("llm", parsed.values, facts)  # raises if the pasted command is still illegal
+        report = err.to_dict()
+        shown = [[f["command"] for f in c["fix_details"]] + [ch["then"]["command"] for ch in c["chains"] if ch["then"]]
+                 for c in report["conflicts"]]
+        expected = [shlex.join(argv) or "(no flags)" for each in shown for argv in each]
+        if len(err.conflicts) > 1:
+            expected.append(shlex.join(report["fix_all"]["command"]))
+        assert _commands(render_conflict(err)) == expected  # the text prints the JSON's commands
+        for conflict in err.conflicts:
+            others = {n for c in err.conflicts if c is not conflict for n in c.flags}
+            for fix, entry in zip(conflict.fixes, report["conflicts"][err.conflicts.index(conflict)]["fix_details"]):
+                _, parsed = parse_flags(entry["command"], system="llm")
+                assert parsed.values == fix.apply(user)  # only the fix's own change differs
+                api.resolve("llm", {k: v for k, v in parsed.values.items() if k not in others}, facts)
 
 
-def test_a_command_fixes_the_other_conflicts_too(plan):
+def test_several_conflicts_end_with_one_combined_fix_that_resolves(plan):
     text = render_conflict(_conflict(TWO_CONFLICTS, B200))
-    # conflict 1 (fa3 on Blackwell): each command also carries the upstream fix of conflict 2.
-    assert "  command   --tp-size 8 --dp-size 8 --enable-dp-attention --attention-backend triton" in text
-    assert "(fixes this conflict only)" not in text
+    assert text.splitlines().index("combined fix (all 2 conflicts)") > text.splitlines().index("conflict 2 of 2")
+    command = _commands(text)[-1]
+    _, parsed = parse_flags(shlex.split(command), system="llm")
+    config = api.resolve("llm", parsed.values, B200)
+    assert config.values["dp_size"] == 8 and config.values["attention_backend"] != "fa3"
+    assert config.values["tp_size"] == 8 and config.values["enable_dp_attention"] is True
 
 
-def test_command_line_keeps_the_users_order_and_applies_the_fix(plan):
+def test_a_drop_that_exposes_another_rule_is_shown_as_a_chain(plan):
+    # Dropping --enable-dp-attention leaves dp 3 x tp 8 = 24 ranks on 8 GPUs.
+    text = render_conflict(_conflict({"tp_size": 8, "dp_size": 3, "enable_dp_attention": True}, H100))
+    chain = next(line for line in text.splitlines() if line.startswith("  chain"))
+    assert chain.startswith("  chain     dropping --enable-dp-attention still fails because rule par.world_size.fits")
+
+
+def test_the_report_wraps_to_the_width(plan):
+    err = _conflict(TWO_CONFLICTS, B200)
+    for width in (60, 100):
+        assert max(len(line) for line in render_conflict(err, width=width).splitlines()) <= width
+
+
+def test_command_argv_keeps_the_users_order_and_applies_the_fix(plan):
     user = {"tp_size": 8, "attention_backend": "fa3", "enable_dp_attention": False}
-    assert command_line(plan.catalog, user, [Fix(changes=(("attention_backend", "triton"),))]) == \
-        "--tp-size 8 --attention-backend triton"
-    assert command_line(plan.catalog, user, [Fix(changes=(("page_size", 16),), drops=("tp_size",))]) == \
-        "--attention-backend fa3 --page-size 16"
-    assert command_line(plan.catalog, {"tp_size": 8}, [Fix(changes=(), drops=("tp_size",))]) == "(no flags)"
+    assert command_argv(plan.catalog, user, [Fix(changes=(("attention_backend", "triton"),))]) == \
+        ["--tp-size", "8", "--attention-backend", "triton"]
+    assert command_argv(plan.catalog, user, [Fix(changes=(("page_size", 16),), drops=("tp_size",))]) == \
+        ["--attention-backend", "fa3", "--page-size", "16"]
+    assert command_argv(plan.catalog, {"tp_size": 8}, [Fix(changes=(), drops=("tp_size",))]) == []

@@ -1,7 +1,8 @@
 """Property tests over the real rule sets and presets: random launches never break the contract.
 
 For any preset and any combination of rule-relevant flags: resolution either succeeds with every
-hard rule holding, or fails with conflicts that are minimal and whose fixes all resolve. Results
+hard rule holding, or fails with conflicts that are minimal and whose fixes all resolve (the
+pasteable commands keep every other flag, and the combined fix resolves the whole command). Results
 are deterministic and idempotent.
 """
 
@@ -11,7 +12,10 @@ from hypothesis import strategies as st
 
 from resolver import api
 from resolver.catalog import SYSTEMS
+from resolver.commands.resolve import relaxed_changes
+from resolver.conflict_report import flag_argv
 from resolver.explain import find_conflicts
+from resolver.flagparse import parse_flags
 from resolver.facts import list_presets, load_preset
 from resolver.solve import Env, check
 from tests.checks import assert_conflict_is_minimal
@@ -68,6 +72,7 @@ def _property(system, preset, user):
             for fix in conflict.fixes:
                 assert plan.satisfiable(fix.apply(base), facts), (conflict, fix)
         assert [c.flags for c in find_conflicts(plan, user, facts)] == [c.flags for c in err.conflicts]
+        _check_report(system, plan, user, facts, err)
         return
     env = Env(plan, user, facts, dict(config.values))
     broken = [r.id for r in plan.hard_rules if not _holds(r, env)]
@@ -75,6 +80,30 @@ def _property(system, preset, user):
     assert {k: config.values[k] for k in user} == user
     assert api.resolve(system, user, facts).to_json() == config.to_json()
     assert api.resolve(system, dict(config.values), facts).values == config.values
+
+
+def _check_report(system, plan, user, facts, err):
+    """Every printed command is the user's command with only that fix applied (add-flag fixes
+    included); the combined fix resolves the whole command; --relax applies a verified fix."""
+    report = err.to_dict()
+
+    def typed(values):  # what a command line can say (a switch's False, a null: nothing to type)
+        return {k: v for k, v in values.items() if flag_argv(plan.catalog, k, v)}
+    for conflict, entry in zip(err.conflicts, report["conflicts"]):
+        for fix, shown in zip(conflict.fixes, entry["fix_details"]):
+            _, parsed = parse_flags(shown["command"], system=system)
+            assert parsed.values == typed(fix.apply(user)), (fix, shown["command"])
+        for chain in entry["chains"]:
+            if chain["then"] is not None:
+                _, parsed = parse_flags(chain["then"]["command"], system=system)
+                assert plan.satisfiable(parsed.values, facts), chain
+    if report["fix_all"] is not None:
+        _, parsed = parse_flags(report["fix_all"]["command"], system=system)
+        assert plan.satisfiable(parsed.values, facts), report["fix_all"]
+        relaxed = api.resolve(system, user, facts, relax=True)
+        changed = {c["flag"] for c in relaxed_changes(relaxed)}
+        assert {k: relaxed.values[k] for k in user if k not in changed and k in relaxed.values} == \
+            {k: v for k, v in user.items() if k not in changed and k in relaxed.values}
 
 
 @pytest.mark.parametrize("system", SYSTEMS)

@@ -76,10 +76,19 @@ def main(argv: list[str]) -> int:
     except ConflictError as err:
         return print_conflict(err, opts.json)
     if opts.json:
-        print(config.to_json())
+        data = config.to_dict()
+        if opts.relax:
+            data["relaxed"] = relaxed_changes(config)
+        print(json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False))
     else:
         print_config(config, opts.all)
     return 0
+
+
+def relaxed_changes(config: ResolvedConfig) -> list[dict]:
+    """What `--relax` changed, flag by flag: `{"flag", "from", "to", "rule"}` (null: unset)."""
+    return [{"flag": name, "from": prov.get("was"), "to": config.values[name], "rule": prov.get("rule")}
+            for name, prov in config.provenance.items() if prov.get("source") == "relax"]
 
 
 def main_dry_run(parsed, facts, opts) -> int:
