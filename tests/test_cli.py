@@ -238,6 +238,25 @@ def test_relax_of_tp_16_keeps_the_most_parallelism_that_fits_one_node(capsys):
     assert data["relaxed"] == [{"flag": "tp_size", "from": 16, "to": 8, "rule": "par.world_size.fits_gpus"}]
 
 
+LLAMA_70B = {   # meta-llama/Llama-3.1-70B-Instruct config.json, the fields the model facts read
+    "architectures": ["LlamaForCausalLM"], "hidden_size": 8192, "intermediate_size": 28672,
+    "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 80,
+    "max_position_embeddings": 131072, "vocab_size": 128256, "torch_dtype": "bfloat16"}
+
+
+def test_a_70b_model_on_one_h100_is_fixed_by_tensor_parallelism_first(capsys, tmp_path):
+    # About 140 GB of bf16 weights cannot load on one 80 GB GPU (upstream: "Not enough memory" at
+    # load); splitting them over 2 GPUs keeps the model's precision, so it ranks before quantizing.
+    model = tmp_path / "Llama-3.1-70B-Instruct"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(LLAMA_70B))
+    data = _conflict_json(capsys, "--facts", "h100", "--model-path", str(model))
+    best = _all_fixes(data)[0]
+    assert [(c["flag"], c["to"]) for c in best["changes"]] == [("tp_size", 2)]
+    assert run(capsys, "resolve", "--facts", "h100", *best["command"])[0] == 0
+    assert all(c["to"] != "unquant" for f in _all_fixes(data) for c in f["changes"])  # no smaller
+
+
 def test_diffusion_tp_2_on_one_gpu_offers_num_gpus_2(capsys):
     data = _conflict_json(capsys, "--system", "diffusion", "--facts", "h100", "--tp-size", "2")
     best = _all_fixes(data)[0]
