@@ -150,11 +150,11 @@ class Expr:
     first time something (lint, dry-run) asks for it.
     """
 
-    __slots__ = ("source", "flags", "facts", "set_checks", "names", "_tree", "_fn", "code", "direct")
+    __slots__ = ("source", "flags", "facts", "set_checks", "names", "_tree", "_fn", "code", "linked")
 
     def __init__(self, source: str, flags: frozenset[str], facts: frozenset[str], fn: Compiled,
                  set_checks: frozenset[str] = frozenset(), names: frozenset[str] = frozenset(),
-                 tree: ast.AST | None = None, code: CodeType | None = None, direct: tuple[str, ...] = ()):
+                 tree: ast.AST | None = None, code: CodeType | None = None, linked: tuple[str, ...] = ()):
         self.source = source
         self.flags = flags          # flags whose values it reads (through derived values too)
         self.facts = facts          # facts it reads (through derived values too)
@@ -163,7 +163,7 @@ class Expr:
         self._tree = tree           # the validated tree (None for a YAML constant)
         self._fn = fn
         self.code = code            # the compiled function's code (None: not generated code)
-        self.direct = direct        # the names its code calls directly (linked again on loading)
+        self.linked = linked        # the names its code calls directly (linked again on loading)
 
     @property
     def tree(self) -> ast.AST | None:
@@ -181,7 +181,7 @@ class Expr:
         """Plain data for the plan cache (strings, frozensets, a code object): see `from_data`."""
         if self.code is None:
             return ("constant", self.source, self._fn(None))
-        return ("code", self.source, self.flags, self.facts, self.set_checks, self.names, self.direct, self.code)
+        return ("code", self.source, self.flags, self.facts, self.set_checks, self.names, self.linked, self.code)
 
     @classmethod
     def from_data(cls, data: tuple, names: dict[str, "Expr"]) -> "Expr":
@@ -189,9 +189,9 @@ class Expr:
         if data[0] == "constant":
             value = data[2]
             return cls(data[1], frozenset(), frozenset(), lambda env: value)
-        _, source, flags, facts, set_checks, read, direct, code = data
-        fn = FunctionType(code, _globals(direct, names))
-        return cls(source, flags, facts, fn, set_checks, read, _UNPARSED, code, direct)
+        _, source, flags, facts, set_checks, read, linked, code = data
+        fn = FunctionType(code, _globals(linked, names))
+        return cls(source, flags, facts, fn, set_checks, read, _UNPARSED, code, linked)
 
 
 _UNPARSED: Any = object()  # a tree not parsed yet (an expression loaded from the plan cache)
@@ -215,10 +215,10 @@ def parse(source: Any, names: dict[str, Expr] | None = None) -> Expr:
     compiler = _Compiler(source, names)
     body = compiler.compile(tree.body)
     code = _function_code(body, source)
-    direct = tuple(sorted(compiler.direct))
-    fn = FunctionType(code, _globals(direct, names))
+    linked = tuple(sorted(compiler.linked))
+    fn = FunctionType(code, _globals(linked, names))
     return Expr(source, frozenset(compiler.flags), frozenset(compiler.facts), fn,
-                frozenset(compiler.set_checks), frozenset(compiler.names_read), tree.body, code, direct)
+                frozenset(compiler.set_checks), frozenset(compiler.names_read), tree.body, code, linked)
 
 
 def constant(name: str, value: Any) -> Expr:
@@ -281,10 +281,10 @@ _HELPERS: dict[str, Any] = {
 _NATIVE_COMPARE = (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)
 
 
-def _globals(direct: tuple[str, ...], names: dict[str, Expr]) -> dict[str, Any]:
-    if not direct:
+def _globals(linked: tuple[str, ...], names: dict[str, Expr]) -> dict[str, Any]:
+    if not linked:
         return _HELPERS
-    return {**_HELPERS, "_named": {name: names[name]._fn for name in direct}}
+    return {**_HELPERS, "_named": {name: names[name]._fn for name in linked}}
 
 
 def _function_code(body: ast.expr, source: str) -> CodeType:
@@ -332,7 +332,7 @@ class _Compiler:
         self.facts: set[str] = set()
         self.set_checks: set[str] = set()
         self.names_read: set[str] = set()
-        self.direct: set[str] = set()
+        self.linked: set[str] = set()
         self.temps = 0
 
     def fail(self, what: str) -> ExpressionError:
@@ -358,7 +358,7 @@ class _Compiler:
             self.flags.update(named.flags)
             self.facts.update(named.facts)
             self.set_checks.update(named.set_checks)
-            self.direct.add(name)
+            self.linked.add(name)
             return "named", name
         if "." in name or name in TOP_LEVEL_FACTS:
             self.facts.add(name)

@@ -32,7 +32,6 @@ KNOWN = {
     "lint.py": {"attention_backend"},
     "matrix.py": {"aiter", "attention_backend", "kv_cache_dtype", "tp_size"},
     "model_facts.py": {"dsa"},
-    "proof.py": {"fa3"},
     "testing.py": {"attention_backend", "fa3", "kv_cache_dtype"},
 }
 

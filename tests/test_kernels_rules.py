@@ -30,6 +30,11 @@ from kernels.attention import decode, extend  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = yaml.safe_load((ROOT / "rules/llm/kernels.yaml").read_text())["rules"]
+_DERIVED_FILE = yaml.safe_load((ROOT / "rules/llm/derived.yaml").read_text())
+NAMED_SETS = {s["id"]: list(s["values"]) for s in _DERIVED_FILE.get("sets") or ()}
+DERIVED = {d["id"]: d["values"] for d in _DERIVED_FILE.get("derived") or ()}
+"""Names the rules read (rules/README.md, "Derived values"): a set is its values, a derived value
+the first of its ordered value/when pairs whose `when` holds."""
 CATALOG = {flag["name"]: flag for path in sorted((ROOT / "rules/llm/flags").glob("*.yaml"))
            for flag in yaml.safe_load(path.read_text())["flags"]}
 KERNEL_MODULES = [decode, extend, kv_quant, rmsnorm]
@@ -68,6 +73,13 @@ def evaluate(text: str, flags: dict, facts: dict, user_set: frozenset = frozense
         name = dotted(node)
         if name in flags:
             return flags[name]
+        if name in NAMED_SETS:
+            return NAMED_SETS[name]
+        if name in DERIVED:
+            for case in DERIVED[name]:
+                if "when" not in case or evaluate(str(case["when"]), flags, facts, user_set):
+                    return evaluate(str(case["value"]), flags, facts, user_set)
+            return None
         if name not in facts:
             raise Unknown(name)
         return facts[name]
@@ -207,7 +219,8 @@ def test_every_rule_is_well_formed_and_names_only_known_flags_and_facts():
         assert needed[rule["kind"]] <= set(rule), rule["id"]
         for key in ("when", "require"):
             for name in names_in(rule.get(key, "True")):
-                assert name in CATALOG or name in FACTS_USED, f"{rule['id']}: unknown name {name}"
+                known = name in CATALOG or name in FACTS_USED or name in NAMED_SETS or name in DERIVED
+                assert known, f"{rule['id']}: unknown name {name}"
 
 
 def test_every_module_with_triton_kernels_declares_requirements():
