@@ -133,9 +133,10 @@ def test_sigterm_drains_running_requests_and_cuts_the_rest_with_json_errors(tmp_
     """SIGTERM: a request that finishes within the drain period gets its full answer, one that
     does not gets a JSON error event; the supervisor exits 0 after every process it started
     (the multiprocessing resource tracker too), and no rank aborts on the way down."""
-    from engine.llm.http_server import DRAIN_GRACE_S
-
-    srv = Server(server_config(enable_metrics=True), tmp_path)
+    # A 2.5 s drain period: the 60-token request finishes well within it, the 2000-token one
+    # (about 8 s of generation for this CPU model on an idle 2-core machine) cannot.
+    grace = 2.5
+    srv = Server(server_config(enable_metrics=True), tmp_path, env={"ACCORD_DRAIN_GRACE_S": str(grace)})
     started = children_of(srv.proc.pid)
     results = {}
 
@@ -154,7 +155,7 @@ def test_sigterm_drains_running_requests_and_cuts_the_rest_with_json_errors(tmp_
                 assert wait_for(lambda: running(srv) == 2)
                 srv.proc.send_signal(signal.SIGTERM)
                 events = [line for line in lines if line.startswith("data: ")]
-            worker.join(DRAIN_GRACE_S + 30)
+            worker.join(grace + 30)
         error = json.loads(next(e for e in events if '"error"' in e)[len("data: "):])["error"]
         assert error["code"] == 503 and "shutting down" in error["message"]
         assert events[-1] == "data: [DONE]"
@@ -166,3 +167,13 @@ def test_sigterm_drains_running_requests_and_cuts_the_rest_with_json_errors(tmp_
         srv.stop()
     assert [p for p in [*srv.pids.values(), *started] if alive(p)] == [], "every child has exited"
     assert srv.new_ipc_dirs() == set()
+
+
+@pytest.mark.parametrize("raw", ["soon", "0", "-3", "nan", "inf", "1e9"])
+def test_a_drain_period_that_is_not_a_number_of_seconds_is_a_usage_error(raw):
+    from engine.llm.http_server import drain_grace_s
+    from resolver.errors import UsageError
+
+    with pytest.raises(UsageError, match="ACCORD_DRAIN_GRACE_S"):
+        drain_grace_s({"ACCORD_DRAIN_GRACE_S": raw})
+    assert drain_grace_s({}) == 10.0 and drain_grace_s({"ACCORD_DRAIN_GRACE_S": "2.5"}) == 2.5

@@ -56,14 +56,14 @@ def alive(pid: int) -> bool:
 class Server:
     """`serve(config)` in a subprocess, as `accord serve` runs it."""
 
-    def __init__(self, config: ResolvedConfig, tmp: Path):
+    def __init__(self, config: ResolvedConfig, tmp: Path, env: dict[str, str] | None = None):
         path = tmp / f"config-{config.hash[:8]}.json"
         path.write_text(config.to_json())
         self.config = config
         self.url = f"http://127.0.0.1:{config.values['port']}"
         self.ipc_before = set(Path("/tmp").glob("accord-ipc-*"))
         self.log = open(tmp / "server.log", "w+")
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), **(env or {})}
         self.proc = subprocess.Popen([sys.executable, "-c", SERVE_SCRIPT, str(path)], cwd=REPO, env=env,
                                      stdout=self.log, stderr=subprocess.STDOUT)
         self.pids = self._wait_ready()

@@ -53,10 +53,27 @@ WATCHDOG_EXIT_GRACE_S = 5.0
 
 # SIGTERM: stop accepting, give in-flight requests this long to finish, then end each one still
 # running with a JSON error (an error event for a stream) and exit. The supervisor waits for this
-# process for DRAIN_GRACE_S + DRAIN_EXIT_S before it stops the processes behind it; uvicorn gives
+# process for the drain period + DRAIN_EXIT_S before it stops the processes behind it; uvicorn gives
 # open responses all but the last second of that (time to write the errors of cut requests).
 DRAIN_GRACE_S = 10.0
 DRAIN_EXIT_S = 5.0
+DRAIN_GRACE_ENV = "ACCORD_DRAIN_GRACE_S"
+
+
+def drain_grace_s(environ=os.environ) -> float:
+    """The drain period: ACCORD_DRAIN_GRACE_S seconds when set (an orchestrator with its own
+    termination deadline sets it below that deadline), else DRAIN_GRACE_S."""
+    raw = environ.get(DRAIN_GRACE_ENV)
+    if raw is None:
+        return DRAIN_GRACE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 3600:  # also false for nan
+        raise UsageError(f"{DRAIN_GRACE_ENV}={raw!r} is not a drain period; set it to a number of "
+                         f"seconds between 0 and 3600 (or unset it for {DRAIN_GRACE_S:g} s).")
+    return value
 
 
 class WatchdogTimeout(AccordError):
@@ -200,14 +217,15 @@ class FrontEnd:
             queue.put_nowait({"rid": rid, "error": message, "error_code": status})
 
     async def drain(self, server) -> None:
-        """SIGTERM: refuse new requests, let running ones finish for DRAIN_GRACE_S, cut the rest."""
+        """SIGTERM: refuse new requests, let running ones finish for the drain period, cut the rest."""
         self.draining = True
         server.should_exit = True  # uvicorn stops listening and waits for open responses
-        deadline = time.monotonic() + DRAIN_GRACE_S
+        grace = drain_grace_s()
+        deadline = time.monotonic() + grace
         while self._queues and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         self.fail_all(f"the server is shutting down (SIGTERM) and this request did not finish within "
-                      f"the {DRAIN_GRACE_S:g} s drain period", 503)
+                      f"the {grace:g} s drain period", 503)
 
     def check_prompt(self, input_ids: list[int], max_new_tokens: int) -> None:
         if not input_ids:
@@ -893,7 +911,7 @@ def run_http(config_data: dict, endpoints: Endpoints) -> None:
     front = FrontEnd(config, settings, load_model_config(settings.model_path), endpoints)
     server = _Server(uvicorn.Config(build_app(front), host=settings.host, port=settings.port,
                                     log_level="warning", access_log=False, lifespan="on",
-                                    timeout_graceful_shutdown=DRAIN_GRACE_S + DRAIN_EXIT_S - 1))
+                                    timeout_graceful_shutdown=drain_grace_s() + DRAIN_EXIT_S - 1))
 
     async def main() -> None:
         # SIGTERM from the supervisor: drain (finish or cut in-flight requests), then exit cleanly.

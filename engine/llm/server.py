@@ -13,7 +13,7 @@ import signal
 import sys
 
 from engine.llm.detokenizer import run_detokenizer
-from engine.llm.http_server import DRAIN_EXIT_S, DRAIN_GRACE_S, run_http, secret
+from engine.llm.http_server import DRAIN_EXIT_S, drain_grace_s, run_http, secret
 from engine.llm.model_config import context_length, load_model_config
 from engine import ports
 from engine.llm.settings import EngineSettings
@@ -51,6 +51,7 @@ def serve(config: ResolvedConfig) -> int:
     if front_end_here:  # the front end reads its keys again; checked here to fail before starting
         secret("api_key", settings.api_key, os.environ)
         secret("admin_api_key", config.values.get("admin_api_key"), os.environ)
+        drain_grace_s(os.environ)
     if front_end_here and not ports.port_is_free(settings.port, settings.host):
         raise UsageError(f"--port {settings.port} on {settings.host} is already in use; pick another "
                          "with --port.")
@@ -64,7 +65,7 @@ def serve(config: ResolvedConfig) -> int:
     try:
         if front_end_here:
             group.start("http", run_http, data, endpoints)
-            group.drain("http", DRAIN_GRACE_S + DRAIN_EXIT_S)
+            group.drain("http", drain_grace_s() + DRAIN_EXIT_S)
             group.start("detokenizer", run_detokenizer, data, endpoints)
         for rank in topo.ranks_on_this_node():
             group.start(rank.name, run_scheduler_rank, data, rank, endpoints)
