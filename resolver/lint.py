@@ -10,9 +10,8 @@ Checks, each a function returning problems as strings:
 - presets: with no user flags, every fact preset has a legal configuration;
 - readability: an expression is at most 160 characters with at most one conditional, a reason is at
   most 200 characters and cites no source lines (those go to `notes:`), and every rule id starts
-  with a prefix its file declares. Rules still over a limit while they are being rewritten are
-  listed in rules/lint_pending.yaml; that list may only shrink (a listed rule that is clean, or
-  gone, is itself a problem).
+  with a prefix its file declares. There is no exception list: a long condition names its parts
+  in derived.yaml.
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ from resolver.yamlcache import read_yaml_files
 MAX_EXPRESSION_CHARS = 160
 MAX_CONDITIONALS = 1
 MAX_REASON_CHARS = 200
-PENDING_FILE = "lint_pending.yaml"
 # A source citation (`L1097`, `args.py`) in a reason: archaeology, which belongs in `notes:`.
 _CITATION = re.compile(r"\bL\d{3,}\b|\b\w+\.py\b")
 
@@ -185,23 +183,10 @@ def readability_problems(ruleset: RuleSet) -> dict[str, list[str]]:
     return found
 
 
-def load_pending(system: str, root: Path = RULES_DIR) -> list[str]:
-    """Ids of the rules still over the readability limits while they are rewritten (shrink only)."""
-    path = root / PENDING_FILE
-    if not path.exists():
-        return []
-    documents = read_yaml_files([path])[0]
-    return list(((documents[0] if documents else None) or {}).get(system) or ())
-
-
-def check_readability(ruleset: RuleSet, pending: Iterable[str] = ()) -> list[str]:
-    """Readability limits, except for the pending ids; a pending id with nothing left is stale."""
-    pending = set(pending)
+def check_readability(ruleset: RuleSet) -> list[str]:
+    """Readability limits of every rule and derived value, in id order."""
     found = readability_problems(ruleset)
-    problems = [p for item_id in sorted(found) if item_id not in pending for p in found[item_id]]
-    problems += [f"{PENDING_FILE}: {item_id} is listed as pending but is within the readability limits "
-                 f"(or gone); remove it from the list" for item_id in sorted(pending - set(found))]
-    return problems
+    return [p for item_id in sorted(found) for p in found[item_id]]
 
 
 def _prefixes(doc: dict) -> tuple[str, ...]:
@@ -246,7 +231,7 @@ def lint(catalog: Catalog, ruleset: RuleSet, fact_keys: Iterable[str], presets: 
     problems += check_governance(ruleset)
     problems += check_cycles(catalog, ruleset)
     problems += check_prefixes(ruleset, root)
-    problems += check_readability(ruleset, load_pending(ruleset.system, root))
+    problems += check_readability(ruleset)
     if not problems:
         problems += check_presets(Plan(catalog, ruleset), presets)
     return problems

@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from resolver.catalog import SYSTEMS, load_catalog
-from resolver.lint import MAX_EXPRESSION_CHARS, PENDING_FILE, load_pending, lint, readability_problems
+from resolver.lint import MAX_EXPRESSION_CHARS, lint, readability_problems
 from resolver.rules import load_rules
 from tests.toy import B200, CPU, H100, RULES, write_toy
 
@@ -15,14 +15,12 @@ PRESETS = {"h100": H100, "b200": B200, "cpu": CPU}
 TOY_PREFIXES = ["par.", "attn.", "page.", "mem.", "kv.", "sampling.", "model.", "x."]
 
 
-def _lint(tmp_path, extra_rules=(), replace=None, prefix=TOY_PREFIXES, pending=None):
+def _lint(tmp_path, extra_rules=(), replace=None, prefix=TOY_PREFIXES):
     write_toy(tmp_path)
     rules = dict(RULES, rules=(replace if replace is not None else RULES["rules"]) + list(extra_rules))
     if prefix is not None:
         rules = {"prefix": prefix, **rules}
     (tmp_path / "llm" / "toy.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
-    if pending is not None:
-        (tmp_path / PENDING_FILE).write_text(yaml.safe_dump({"llm": pending}))
     return lint(load_catalog("llm", tmp_path), load_rules("llm", tmp_path), FACT_KEYS, PRESETS, tmp_path)
 
 
@@ -101,22 +99,7 @@ def test_a_file_without_a_prefix_or_an_id_outside_it_is_an_error(tmp_path):
     assert any("rule model.heads.divide does not start with" in p for p in problems)
 
 
-def test_a_pending_rule_is_excused_and_a_clean_pending_rule_is_stale(tmp_path):
-    too_long = [{"id": "x.long", "kind": "conflict", "when": LONG, "reason": "too long"}]
-    assert _lint(tmp_path, too_long, pending=["x.long"]) == []
-    problems = _lint(tmp_path, pending=["x.long", "attn.fa3.hopper"])
-    assert sorted(p.split()[1] for p in problems) == ["attn.fa3.hopper", "x.long"]
-    assert all("remove it from the list" in p for p in problems)
-
-
 @pytest.mark.parametrize("system", SYSTEMS)
-def test_the_pending_list_only_holds_rules_still_over_the_limits(system):
-    """The shipped list may only shrink: every id in it must still break a limit."""
-    pending = load_pending(system)
-    over = readability_problems(load_rules(system))
-    assert sorted(set(pending) - set(over)) == []
-    assert len(pending) == len(set(pending))
-
-
-def test_the_diffusion_rules_have_nothing_pending():
-    assert load_pending("diffusion") == []
+def test_the_shipped_rules_are_within_the_readability_limits(system):
+    """No exception list: every shipped rule and derived value meets the limits."""
+    assert readability_problems(load_rules(system)) == {}
