@@ -226,7 +226,33 @@ def _retired_message(flag: Flag, used: str) -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError instead of printing usage and exiting (except for --help)."""
+    """argparse that raises UsageError instead of printing usage and exiting (except for --help).
+
+    argparse makes a help formatter for every option added to the parser itself, only to check its
+    metavar; a formatter without a given width asks for the terminal's, which imports shutil (with
+    bz2 and lzma), a tenth of a cold `accord resolve`. So the terminal width is read for help only.
+    """
+
+    _formatting_help = False
+
+    def _get_formatter(self):
+        if self._formatting_help:
+            return super()._get_formatter()
+        return self.formatter_class(prog=self.prog, width=80)
+
+    def format_help(self) -> str:
+        self._formatting_help = True
+        try:
+            return super().format_help()
+        finally:
+            self._formatting_help = False
+
+    def format_usage(self) -> str:
+        self._formatting_help = True
+        try:
+            return super().format_usage()
+        finally:
+            self._formatting_help = False
 
     def error(self, message: str):
         switch = _SWITCH_GIVEN_VALUE.match(message)
