@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import functools
 import os
 import re
@@ -397,6 +396,8 @@ def suggest(word: str, spellings: list[str]) -> list[str]:
     longer = [s for s in spellings if s.startswith(normal) and s != normal]
     if longer:
         return longer[:3]
+    import difflib  # error path only
+
     return difflib.get_close_matches(normal, spellings, n=1, cutoff=0.75)
 
 
