@@ -12,6 +12,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from resolver import plancache
 from resolver.errors import UsageError
 from resolver.yamlcache import bulk_load, read_yaml_files
 
@@ -163,13 +164,51 @@ def _shipped_catalog(system: str) -> Catalog:
 
 
 def _read_catalog(system: str, root: Path) -> Catalog:
+    """The catalog from the plan cache when its files are unchanged (see `plancache`), else from YAML."""
     if system not in SYSTEMS:
         raise UsageError(f"unknown system {system!r}; use one of: {', '.join(SYSTEMS)}.")
-    flags: dict[str, Flag] = {}
-    owners: dict[str, str] = {}
     paths = catalog_files(system, root)
+    entry = plancache.entry_path(f"catalog-{system}", paths)
     with bulk_load():  # no garbage collection walking the catalog while it is being built
+        data = plancache.load(entry)
+        if data is not None:
+            try:
+                return _catalog_from_data(system, data)
+            except (ValueError, TypeError, IndexError):
+                pass  # an entry that unmarshals but is not a catalog: build it again
+        flags: dict[str, Flag] = {}
+        owners: dict[str, str] = {}
         _add_flags(flags, owners, paths)
+    catalog = Catalog(system=system, flags=flags)
+    plancache.store(entry, _catalog_to_data(catalog))
+    return catalog
+
+
+# -- the plan cache's form of a catalog: per flag, its field values in declaration order (old
+# spellings as tuples of theirs). Checked once when built from YAML, so loading only constructs.
+_FIELD_ORDER = tuple(f.name for f in dataclasses.fields(Flag))
+_SPELLINGS_AT = _FIELD_ORDER.index("deprecated_spellings")
+_SPELLING_FIELDS = tuple(f.name for f in dataclasses.fields(DeprecatedSpelling))
+
+
+def _catalog_to_data(catalog: Catalog) -> tuple:
+    rows = []
+    for flag in catalog:
+        row = [getattr(flag, name) for name in _FIELD_ORDER]
+        row[_SPELLINGS_AT] = tuple(tuple(getattr(s, n) for n in _SPELLING_FIELDS) for s in flag.deprecated_spellings)
+        rows.append(tuple(row))
+    return tuple(rows)
+
+
+def _catalog_from_data(system: str, data: tuple) -> Catalog:
+    flags: dict[str, Flag] = {}
+    for row in data:
+        if len(row) != len(_FIELD_ORDER):
+            raise ValueError("a catalog entry of another shape")
+        row = list(row)
+        row[_SPELLINGS_AT] = tuple(DeprecatedSpelling(*s) for s in row[_SPELLINGS_AT])
+        flag = Flag(*row)
+        flags[flag.name] = flag
     return Catalog(system=system, flags=flags)
 
 

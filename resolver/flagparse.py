@@ -10,15 +10,16 @@ The result keeps only what the user set, with where each value came from (the co
 `--config` file; the command line wins), because a user value is a hard constraint for the solver
 while everything else is the solver's to choose.
 
-The catalog part of the parser is built once per process and cached; each call copies it and adds
-the calling command's own options, so a cold `accord resolve` pays for the catalog only once.
+A parse registers only the catalog flags whose spellings appear on its command line (all of them
+for `--help`): argparse's reading of a word (option, value or unknown) does not depend on which other
+options exist when prefixes are off, so the answer is the same, and a cold `accord resolve` never
+builds five hundred actions it will not use. Parsers are cached by the flags they hold.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import functools
 import os
 import re
@@ -224,7 +225,33 @@ def _retired_message(flag: Flag, used: str) -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError instead of printing usage and exiting (except for --help)."""
+    """argparse that raises UsageError instead of printing usage and exiting (except for --help).
+
+    argparse makes a help formatter for every option added to the parser itself, only to check its
+    metavar; a formatter without a given width asks for the terminal's, which imports shutil (with
+    bz2 and lzma), a tenth of a cold `accord resolve`. So the terminal width is read for help only.
+    """
+
+    _formatting_help = False
+
+    def _get_formatter(self):
+        if self._formatting_help:
+            return super()._get_formatter()
+        return self.formatter_class(prog=self.prog, width=80)
+
+    def format_help(self) -> str:
+        self._formatting_help = True
+        try:
+            return super().format_help()
+        finally:
+            self._formatting_help = False
+
+    def format_usage(self) -> str:
+        self._formatting_help = True
+        try:
+            return super().format_usage()
+        finally:
+            self._formatting_help = False
 
     def error(self, message: str):
         switch = _SWITCH_GIVEN_VALUE.match(message)
@@ -296,11 +323,8 @@ def _add_flag(group: argparse._ArgumentGroup, flag: Flag) -> None:
             )
 
 
-@functools.lru_cache(maxsize=None)
-def _catalog_parser(system: str) -> tuple[_Parser, Catalog]:
-    """The parser of a system's catalog flags plus --system/--config, built once per process."""
-    catalog = load_catalog(system)
-    parser = _Parser(add_help=False, allow_abbrev=False)
+def _add_own_options(parser: _Parser) -> None:
+    """--system, --config and --extend-choices: Accord's own options, read by every command."""
     own = parser.add_argument_group("accord")
     own.add_argument("--system", metavar="{" + ",".join(SYSTEMS) + "}",
                      help="Which server's flags to use (default: inferred from --model-path, else llm).")
@@ -309,28 +333,49 @@ def _catalog_parser(system: str) -> tuple[_Parser, Catalog]:
     own.add_argument("--extend-choices", metavar="FLAG=VALUE", action="append", default=[],
                      help="Accept VALUE for FLAG although the catalog does not list it (a plugin's "
                           "backend, say); only for lists plugins can extend. Repeatable.")
+
+
+def _add_catalog_flags(parser: _Parser, system: str, catalog: Catalog, names: frozenset[str] | None) -> None:
+    """The catalog's flags (only those in `names` unless it is None), grouped as `--help` shows them."""
     groups: dict[str, argparse._ArgumentGroup] = {}
     for flag in catalog:
-        if flag.meta:
+        if flag.meta or (names is not None and flag.name not in names):
             continue
         if flag.group not in groups:
             groups[flag.group] = parser.add_argument_group(f"{system} flags: {flag.group}")
         _add_flag(groups[flag.group], flag)
-    return parser, catalog
 
 
-@functools.lru_cache(maxsize=32)
-def _command_parser(system: str, add_options: AddOptions | None, prog: str) -> tuple[_Parser, Catalog]:
-    """The cached catalog parser plus the calling command's own options, built once per command."""
-    base, catalog = _catalog_parser(system)
+@functools.lru_cache(maxsize=64)
+def _command_parser(system: str, add_options: AddOptions | None, prog: str,
+                    names: frozenset[str] | None) -> tuple[_Parser, Catalog]:
+    """A command's parser: Accord's options, the catalog flags in `names` (None: every flag, as
+    `--help` needs) and the calling command's own options."""
+    catalog = load_catalog(system)
     parser = _Parser(
-        prog=prog, parents=[base], allow_abbrev=False,
+        prog=prog, allow_abbrev=False,
         usage=f"{prog} [--system SYSTEM] [--config FILE] [options] [FLAGS ...]",
         description=f"Flags of the {system} server (see `accord flags --system {system}`).",
     )
+    _add_own_options(parser)
+    _add_catalog_flags(parser, system, catalog, names)
     if add_options is not None:
         add_options(parser)
     return parser, catalog
+
+
+def _flags_named(argv: list[str], catalog: Catalog) -> frozenset[str] | None:
+    """The catalog flags spelled in argv (a word's part before `=`), or None when help is asked
+    for: `-h...` or `--help` anywhere means the full parser (over-asking only costs time)."""
+    index = _spelling_index(catalog)
+    names = set()
+    for word in argv:
+        if word.startswith("-h") or word.partition("=")[0] == "--help":
+            return None
+        found = index.get(word.partition("=")[0])
+        if found is not None:
+            names.add(found[0].name)
+    return frozenset(names)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -351,6 +396,8 @@ def suggest(word: str, spellings: list[str]) -> list[str]:
     longer = [s for s in spellings if s.startswith(normal) and s != normal]
     if longer:
         return longer[:3]
+    import difflib  # error path only
+
     return difflib.get_close_matches(normal, spellings, n=1, cutoff=0.75)
 
 
@@ -381,8 +428,17 @@ def _unknown_word_error(word: str, argv: list[str], parser: _Parser, catalog: Ca
 # --------------------------------------------------------------------------------------------------
 
 
+_INDEXES: dict[str, tuple[Catalog, dict]] = {}  # system -> (the catalog, its spelling index)
+
+
 def _spelling_index(catalog: Catalog) -> dict[str, tuple[Flag, str, DeprecatedSpelling | None]]:
-    """option string -> (flag, role, deprecated spelling) with role current|negated|deprecated."""
+    """option string -> (flag, role, deprecated spelling) with role current|negated|deprecated.
+
+    Every parse reads it, so the index of the last catalog of each system is kept (callers only read it).
+    """
+    kept = _INDEXES.get(catalog.system)
+    if kept is not None and kept[0] is catalog:
+        return kept[1]
     index: dict[str, tuple[Flag, str, DeprecatedSpelling | None]] = {}
     for flag in catalog:
         for s in flag.flags + flag.short_forms:
@@ -391,6 +447,7 @@ def _spelling_index(catalog: Catalog) -> dict[str, tuple[Flag, str, DeprecatedSp
             index[s] = (flag, "negated", None)
         for spelling in flag.deprecated_spellings:
             index[spelling.flag] = (flag, "deprecated", spelling)
+    _INDEXES[catalog.system] = (catalog, index)
     return index
 
 
@@ -511,7 +568,8 @@ def parse_flags(
         raise UsageError(f"unknown system {system!r}; use one of: {', '.join(SYSTEMS)}.")
     elif _option_value(argv, ("--system",)) not in (None, system):
         raise UsageError(f"--system {detected} contradicts this command, which works on the {system} system.")
-    parser, catalog = _command_parser(system, add_options, prog)
+    catalog = load_catalog(system)
+    parser, _ = _command_parser(system, add_options, prog, _flags_named(argv, catalog))
 
     extra_choices = _declared_extensions(argv, catalog)
     namespace = argparse.Namespace(**{_STATE: _Collected(extra_choices)})

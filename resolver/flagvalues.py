@@ -7,8 +7,6 @@ what would have been legal. Nothing here knows argparse.
 
 from __future__ import annotations
 
-import decimal
-import difflib
 import json
 import math
 import re
@@ -47,6 +45,8 @@ def parse_human_int(text: str) -> int:
             hint = f"A fraction needs a decimal suffix: did you mean {number}{suffix.lower()}?"
             raise BadValue(_expected_int(True), hint)
         return int(number) * _BINARY_SUFFIX[suffix]
+    import decimal  # a decimal suffix only ("1.5m"); most launches never write one
+
     return int(decimal.Decimal(number) * _DECIMAL_SUFFIX[suffix])
 
 
@@ -220,6 +220,8 @@ def _check_choice(flag: Flag, value: Any, extra_choices: tuple[str, ...] = ()) -
 def _close_choice(flag: Flag, text: str) -> str:
     if not flag.choices:
         return ""
+    import difflib  # error path only
+
     close = difflib.get_close_matches(text, [str(c) for c in flag.choices], n=1, cutoff=0.6)
     return f"Did you mean {close[0]!r}?" if close else ""
 

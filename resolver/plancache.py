@@ -1,5 +1,5 @@
-"""The plan cache: a system's compiled rule set kept on disk, so a cold `accord resolve` neither
-parses the rule YAML nor compiles a single expression.
+"""The plan cache: a system's compiled rule set and its checked flag catalog kept on disk, so a
+cold `accord resolve` neither parses YAML, nor checks a catalog entry, nor compiles an expression.
 
 An entry is plain data (strings, numbers, tuples, frozensets and the expressions' code objects)
 written with `marshal`. Its name is a hash of everything the compiled form depends on: the names and
@@ -26,7 +26,7 @@ from resolver.yamlcache import cache_dir, write_atomically
 
 FORMAT = "accord-plan-1"
 # The modules whose code decides what an entry holds and how it is read back.
-_COMPILER_FILES = ("expr.py", "rules.py", "plancache.py")
+_COMPILER_FILES = ("catalog.py", "expr.py", "rules.py", "plancache.py")
 _HERE = Path(__file__).resolve().parent
 
 

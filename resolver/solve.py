@@ -109,6 +109,9 @@ class Env:
 
     def derived(self, name: str) -> tuple[Any, str | None]:
         """Value of an unset non-decision flag and the id of the default rule that produced it."""
+        rules = self.plan.default_rules.get(name)
+        if rules is None:  # most flags: no default rule, so the catalog default, read by nobody's choice
+            return (self.plan.catalog[name].default, None)
         found = self._derived.get(name)
         if found is not None:
             return found
@@ -122,7 +125,7 @@ class Env:
         self._busy.add(name)
         try:
             result: tuple[Any, str | None] = (self.plan.catalog[name].default, None)
-            for rule in self.plan.default_rules.get(name, ()):
+            for rule in rules:
                 try:
                     if rule.when is None or rule.when._fn(self):
                         result = (rule.value._fn(self), rule.id)

@@ -181,3 +181,64 @@ def test_old_entries_of_a_system_are_pruned(cache):
     entries = plan_entries(cache)
     assert len([p for p in entries if p.name.startswith("plan-llm-")]) == plancache.KEEP
     assert plancache.entry_path("llm", _sources("llm")) in entries  # the new one is kept
+
+
+# -- the catalog's entry -------------------------------------------------------------------------------
+
+def catalog_entries(folder: Path, system: str) -> list[Path]:
+    return sorted(folder.glob(f"plan-catalog-{system}-*.marshal")) if folder.exists() else []
+
+
+@pytest.mark.parametrize("system", ["llm", "diffusion"])
+def test_the_catalog_from_the_cache_equals_the_catalog_from_yaml(tmp_path, cache, monkeypatch, system):
+    root = tmp_path / "rules"  # a root of its own: the shipped catalog is kept per process
+    shutil.copytree(RULES_DIR, root)
+    monkeypatch.setenv("ACCORD_CACHE_DIR", "")
+    parsed = load_catalog(system, root)
+    monkeypatch.setenv("ACCORD_CACHE_DIR", str(cache))
+    written = load_catalog(system, root)  # a miss: reads the YAML, then stores the entry
+    assert len(catalog_entries(cache, system)) == 1
+    loaded = load_catalog(system, root)   # a hit
+    assert list(loaded.flags) == list(parsed.flags)  # declaration order, which --help and the solver follow
+    assert loaded == parsed == written    # every field of every flag, tuples staying tuples
+    assert [type(getattr(f, n)) for f in loaded for n in ("flags", "choices", "default", "deprecated_spellings")] == \
+        [type(getattr(f, n)) for f in parsed for n in ("flags", "choices", "default", "deprecated_spellings")]
+
+
+@pytest.mark.parametrize("damage", [b"", b"not marshal data", None], ids=["empty", "garbage", "truncated"])
+def test_a_damaged_catalog_entry_is_ignored_and_rebuilt(tmp_path, cache, damage):
+    root = tmp_path / "rules"
+    shutil.copytree(RULES_DIR, root)
+    expected = load_catalog("llm", root)
+    (entry,) = catalog_entries(cache, "llm")
+    good = entry.read_bytes()
+    entry.write_bytes(good[: len(good) // 2] if damage is None else damage)
+    assert load_catalog("llm", root) == expected
+    assert entry.read_bytes() == good  # rewritten whole
+
+
+def test_an_edited_catalog_file_is_never_answered_from_the_old_entry(tmp_path, cache):
+    root = tmp_path / "rules"
+    shutil.copytree(RULES_DIR, root)
+    before = load_catalog("llm", root)
+    flag = next(f for f in before if f.help)
+    path = next(p for p in (root / "llm").rglob("*.yaml") if f"name: {flag.name}\n" in p.read_text(encoding="utf-8"))
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    entry = next(e for e in doc["flags"] if e["name"] == flag.name)
+    entry["help"] = flag.help + " Edited."
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    assert load_catalog("llm", root)[flag.name].help.endswith(" Edited.")
+    assert load_catalog("llm", root)[flag.name].help.endswith(" Edited.")  # and from its own entry
+    assert len(catalog_entries(cache, "llm")) == 2
+
+
+def test_a_catalog_entry_of_the_other_system_is_not_trusted(tmp_path, cache):
+    root = tmp_path / "rules"
+    shutil.copytree(RULES_DIR, root)
+    expected = load_catalog("llm", root)
+    load_catalog("diffusion", root)
+    (llm,) = catalog_entries(cache, "llm")
+    (diffusion,) = catalog_entries(cache, "diffusion")
+    llm.write_bytes(diffusion.read_bytes())
+    assert plancache.load(llm) is None
+    assert load_catalog("llm", root) == expected

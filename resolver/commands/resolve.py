@@ -17,9 +17,7 @@ from resolver.errors import EXIT_CONFLICT
 from resolver.facts import load_facts
 from resolver.flagparse import ParsedFlags, parse_flags
 from resolver.frozen import ResolvedConfig
-from resolver.layout import terminal_width, wrap_hanging
 from resolver.model_facts import model_path_warning
-from resolver.report import value_table
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +53,9 @@ def print_conflict(err: ConflictError, as_json: bool) -> int:
 
 
 def print_config(config: ResolvedConfig, show_all: bool) -> None:
+    from resolver.layout import terminal_width, wrap_hanging  # the text table only; --json never needs it
+    from resolver.report import value_table
+
     names = [n for n in config.values
              if show_all or config.provenance[n]["source"] != "default"]
     width = terminal_width()
