@@ -409,6 +409,11 @@ def _unknown_word_error(word: str, argv: list[str], parser: _Parser, catalog: Ca
         )
     if word.startswith("-") and not _NEGATIVE_NUMBER.match(word):
         name = word.split("=", 1)[0]
+        from resolver.upstream_spellings import unknown_flag_error  # only when a flag is unknown
+
+        pointed = unknown_flag_error(catalog, name)
+        if pointed is not None:
+            return pointed
         close = suggest(name, _known_spellings(catalog))
         hint = f"; did you mean {' or '.join(close)}?" if close else "."
         return UsageError(
@@ -470,6 +475,11 @@ def _read_config_values(path: str, catalog: Catalog,
                 f"key (e.g. tp_size: 2), and only JSON-valued or map-valued flags take a mapping."
             )
         if found is None:
+            from resolver.upstream_spellings import pointer  # only when a key is unknown
+
+            text = pointer(catalog, "--" + key.replace("_", "-"))
+            if text is not None:
+                raise UsageError(f"{where}: unknown key {entry.key!r}: {text}")
             close = suggest("--" + key.replace("_", "-"), _known_spellings(catalog))
             names = [c.lstrip("-").replace("-", "_") for c in close]
             hint = f"; did you mean {' or '.join(repr(n) for n in names)}?" if names else "."

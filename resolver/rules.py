@@ -137,7 +137,8 @@ class RuleSet:
 
 
 DERIVED_FILE = "derived.yaml"
-NOT_RULE_FILES = ("coverage.yaml", DERIVED_FILE)
+UPSTREAM_SPELLINGS_FILE = "upstream_spellings.yaml"
+NOT_RULE_FILES = ("coverage.yaml", DERIVED_FILE, UPSTREAM_SPELLINGS_FILE)
 
 
 def rule_files(system: str, root: Path = RULES_DIR) -> list[Path]:
