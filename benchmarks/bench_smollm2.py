@@ -223,9 +223,12 @@ class AccordServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             code = self.proc.wait()
-        for pid in getattr(self, "pids", {}).values():
+        for pid in getattr(self, "pids", {}).values():  # none should be left; make sure
             if rss_mib(pid):
-                os.kill(pid, signal.SIGKILL)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         self.log.close()
         return code
 
@@ -238,7 +241,7 @@ class AccordServer:
             print(f"bench_smollm2: accord serve exited with {code}", file=sys.stderr)
 
 
-async def stream_one(client, model: str, ids: list[int], tokens: int) -> tuple[float, float, str, int]:
+async def stream_one(client, model: str, ids: list[int], tokens: int) -> tuple[float, float, float, str, int]:
     """One streamed completion: (start, first token, end) as perf_counter times, its text, its tokens."""
     start = time.perf_counter()
     first, text, used = None, [], 0
