@@ -51,6 +51,7 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
+os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' per-tensor GGUF bar would drown the figures
 sys.path.insert(0, str(REPO))
 
 from engine.llm.settings import EngineSettings  # noqa: E402
@@ -69,9 +70,6 @@ PR_SET_PDEATHSIG = 1
 def transformers_model(gguf: Path):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
-    from transformers.utils import logging
-
-    logging.disable_progress_bar()  # the per-tensor de-quantization bar would drown the figures
 
     config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -352,7 +350,7 @@ def main() -> int:
         ready_s = server.ready_s
     wall = max(r[2] for r in results) - min(r[0] for r in results)
     ttfts = sorted(r[1] - r[0] for r in results)
-    same = sum(r[3] == text for r, text in zip(results, hf_texts))
+    differ = [i for i, (r, text) in enumerate(zip(results, hf_texts)) if r[3] != text]
 
     print(f"through HTTP: accord serve ({name}), {args.requests} concurrent streamed /v1/completions "
           f"(openai client) vs transformers.generate:")
@@ -371,7 +369,8 @@ def main() -> int:
     row("resident memory: all server processes", server_mib, hf_process_mib, "MiB", higher_is_better=False)
     row("resident memory: scheduler rank alone", rank_mib, hf_process_mib, "MiB", higher_is_better=False)
     row("start-up: serve to ready vs model load", ready_s, hf_load_s, "s", higher_is_better=False)
-    print(f"greedy completions equal to transformers' text: {same}/{len(results)}")
+    print(f"greedy completions equal to transformers' text: {len(results) - len(differ)}/{len(results)}"
+          + (f" (the others: requests {differ}, prompt i % {len(PROMPTS)})" if differ else ""))
     return 0
 
 
