@@ -337,7 +337,8 @@ def main() -> int:
     for first, total, _ in sequential:
         queued.append(waited + first)
         waited += total
-    hf_texts = [tokenizer.decode(ids) for _, _, ids in sequential]
+    # the server leaves special tokens (<|im_end|>, which ignore_eos lets through) out of its text
+    hf_texts = [tokenizer.decode(ids, skip_special_tokens=True) for _, _, ids in sequential]
     single_first, single_total, _ = single_hf[0]
 
     with tempfile.TemporaryDirectory() as tmp, AccordServer(args.threads, Path(tmp)) as server:
