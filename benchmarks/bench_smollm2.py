@@ -48,10 +48,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
+os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' per-tensor GGUF bar would drown the figures
+
+import torch  # noqa: E402 (after TQDM_DISABLE: something torch imports loads tqdm)
 
 REPO = Path(__file__).resolve().parent.parent
-os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' per-tensor GGUF bar would drown the figures
 sys.path.insert(0, str(REPO))
 
 from engine.llm.settings import EngineSettings  # noqa: E402
