@@ -17,6 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.processes import children_of
 from tests.test_engine_llm_server import Server, alive, server_config
 
 
@@ -114,19 +115,6 @@ def test_a_stopped_rank_fails_requests_then_health_and_the_server_exits_with_the
         srv.stop()
     assert [p for p in srv.pids.values() if alive(p)] == [], "the stopped rank was killed too"
     assert srv.new_ipc_dirs() == set()
-
-
-def children_of(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        found.append(int(entry))
-            except (FileNotFoundError, ProcessLookupError):
-                pass
-    return found
 
 
 def test_sigterm_drains_running_requests_and_cuts_the_rest_with_json_errors(tmp_path):

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from engine.supervisor import ProcessGroup, report_ready
+from tests.processes import children_of
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -204,19 +205,6 @@ def test_sigterm_to_the_parent_stops_every_child_and_exits_zero():
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(15) == 0
     assert wait_gone(pids, 1.0) == []
-
-
-def children_of(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        found.append(int(entry))
-            except FileNotFoundError:
-                pass
-    return found
 
 
 def test_the_parent_exits_only_after_every_process_it_started_the_resource_tracker_included():
