@@ -14,9 +14,7 @@ from resolver.explain import find_conflicts
 from resolver.fixes import Fix, combine, combined_fix
 from resolver.rules import load_rules
 from resolver.solve import Plan
-from tests.toy import B200, CATALOG, H100, RULES, toy_plan, write_toy
-
-TWO_CONFLICTS = {"tp_size": 8, "dp_size": 3, "enable_dp_attention": True, "attention_backend": "fa3"}
+from tests.toy import B200, CATALOG, H100, RULES, TWO_CONFLICTS, toy_plan, write_toy
 
 
 @pytest.fixture

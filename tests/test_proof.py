@@ -11,10 +11,9 @@ from resolver.explain import Fix
 from resolver.flagparse import parse_flags
 from resolver.conflict_report import command_argv
 from resolver.proof import render_conflict, wants_color
-from tests.toy import B200, H100, toy_plan
+from tests.toy import B200, H100, TWO_CONFLICTS, toy_plan
 
 ANSI = re.compile(r"\033\[[0-9;]*m")
-TWO_CONFLICTS = {"tp_size": 8, "dp_size": 3, "enable_dp_attention": True, "attention_backend": "fa3"}
 
 
 @pytest.fixture

@@ -63,6 +63,8 @@ H100 = {"platform": "cuda", "gpu.sm": 90, "gpu.count": 8, "gpu.mem_gib": 80, "cu
         "packages.flashinfer": "0.6.18"}
 B200 = {**H100, "gpu.sm": 100, "gpu.mem_gib": 180}
 CPU = {"platform": "cpu", "gpu.count": 0, "cuda": None}
+# A command that breaks two toy rules at once on B200 (DP attention with dp 3 of tp 8; fa3 off Hopper).
+TWO_CONFLICTS = {"tp_size": 8, "dp_size": 3, "enable_dp_attention": True, "attention_backend": "fa3"}
 
 
 def write_toy(root: Path) -> Path:
