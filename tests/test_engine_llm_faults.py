@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 
 import httpx
@@ -121,34 +120,37 @@ def test_sigterm_drains_running_requests_and_cuts_the_rest_with_json_errors(tmp_
     """SIGTERM: a request that finishes within the drain period gets its full answer, one that
     does not gets a JSON error event; the supervisor exits 0 after every process it started
     (the multiprocessing resource tracker too), and no rank aborts on the way down."""
-    # A 2.5 s drain period: the 60-token request finishes well within it, the 2000-token one
-    # (about 8 s of generation for this CPU model on an idle 2-core machine) cannot.
-    grace = 2.5
+    # Both requests stream, so "running" is seen from the client (its first token arrived), not
+    # polled. The short request is sized from this machine's own decode rate to take about a
+    # quarter of the 1 s drain period; the 2000-token one takes seconds on any CPU.
+    grace = 1.0
     srv = Server(server_config(enable_metrics=True), tmp_path, env={"ACCORD_DRAIN_GRACE_S": str(grace)})
     started = children_of(srv.proc.pid)
-    results = {}
-
-    def short():
-        results["short"] = httpx.post(f"{srv.url}/generate", timeout=120, json={
-            "text": "short", "sampling_params": {**LONG, "max_new_tokens": 60}})
-
     try:
+        probe_tokens = 200
+        began = time.monotonic()
+        httpx.post(f"{srv.url}/generate", timeout=120, json={
+            "text": "probe", "sampling_params": {**LONG, "max_new_tokens": probe_tokens}}).raise_for_status()
+        tokens_per_s = probe_tokens / (time.monotonic() - began)
+        short_tokens = max(10, min(1000, int(tokens_per_s * grace / 4)))
         with httpx.Client(base_url=srv.url, timeout=120) as client:
             with client.stream("POST", "/generate", json={"text": "long", "sampling_params": LONG,
-                                                          "stream": True}) as response:
-                lines = response.iter_lines()
-                assert next(line for line in lines if line.startswith("data: {"))
-                worker = threading.Thread(target=short)
-                worker.start()
-                assert wait_for(lambda: running(srv) == 2)
+                                                          "stream": True}) as long_response, \
+                 client.stream("POST", "/generate", json={"text": "short", "stream": True, "sampling_params":
+                                                          {**LONG, "max_new_tokens": short_tokens}}) as short_response:
+                long_lines, short_lines = long_response.iter_lines(), short_response.iter_lines()
+                assert next(line for line in long_lines if line.startswith("data: {"))
+                assert next(line for line in short_lines if line.startswith("data: {"))
                 srv.proc.send_signal(signal.SIGTERM)
-                events = [line for line in lines if line.startswith("data: ")]
-            worker.join(grace + 30)
-        error = json.loads(next(e for e in events if '"error"' in e)[len("data: "):])["error"]
+                short_events = [line for line in short_lines if line.startswith("data: ")]
+                long_events = [line for line in long_lines if line.startswith("data: ")]
+        error = json.loads(next(e for e in long_events if '"error"' in e)[len("data: "):])["error"]
         assert error["code"] == 503 and "shutting down" in error["message"]
-        assert events[-1] == "data: [DONE]"
-        assert results["short"].status_code == 200
-        assert results["short"].json()["meta_info"]["completion_tokens"] == 60, "finished, not cut"
+        assert long_events[-1] == "data: [DONE]"
+        assert short_events[-1] == "data: [DONE]" and not any('"error"' in e for e in short_events)
+        last = json.loads(short_events[-2][len("data: "):])["meta_info"]
+        assert last["completion_tokens"] == short_tokens and last["finish_reason"]["type"] == "length", \
+            "finished, not cut"
         assert srv.proc.wait(60) == 0
         assert "terminate called" not in srv.output()
     finally:
