@@ -224,8 +224,9 @@ def _choice_meta(flag: Flag, meta: Any, where: str) -> tuple[MetaProperty, ...]:
     if not isinstance(meta, dict) or set(meta) != {"properties", "choices"}:
         raise UsageError(f"{where}: choice_meta needs exactly 'properties' (name: {{default, about}}) and "
                          f"'choices' (choice: {{property: value}}), or is {{same_as: <flag>}}.")
-    if not flag.choices:
-        raise UsageError(f"{where} has choice_meta but no choices; metadata describes the values of a choice flag.")
+    if flag.type != "enum" or not flag.choices:
+        raise UsageError(f"{where} has choice_meta but is not an enum flag with choices; metadata describes "
+                         f"the values of a choice flag.")
     props, choices = meta["properties"], meta["choices"]
     if not isinstance(props, dict) or not props or not isinstance(choices, dict):
         raise UsageError(f"{where}: choice_meta 'properties' and 'choices' must be mappings.")

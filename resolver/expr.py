@@ -13,7 +13,7 @@ arithmetic with None gives None, so `chunked_prefill_size > 0` needs no None-gua
 modulo by zero gives None too, so a zero size fails the rule that divides by it instead of crashing.
 
 `meta(flag).prop` reads a property of the flag's current value from the catalog's choice metadata
-(`choice_meta:` in the flag's entry), say `meta(attention_backend).vendor == 'nvidia'`. The table is
+(`choice_meta:` in the flag's entry), say `meta(kernel).vendor == 'acme'`. The table is
 known when the expression is compiled, so the lookup becomes a few constant set-membership tests in
 the generated code: it works on a solver decision like any read of the flag, and needs nothing
 linked when the code is loaded from the plan cache.
@@ -121,7 +121,7 @@ def meta_name(flag: str, prop: str) -> str:
 
 
 def meta_read(name: str) -> tuple[str, str] | None:
-    """`meta(attention_backend).vendor` -> ('attention_backend', 'vendor'); any other name -> None."""
+    """`meta(kernel).vendor` -> ('kernel', 'vendor'); any other name -> None."""
     found = _META_NAME.fullmatch(name)
     return (found.group(1), found.group(2)) if found else None
 
@@ -429,7 +429,7 @@ class _Compiler:
         arg = call.args[0] if len(call.args) == 1 and not call.keywords else None
         flag = arg.id if isinstance(arg, ast.Name) else None
         if flag is None or flag in TOP_LEVEL_FACTS or flag in self.names:
-            raise ExpressionError(f"{META}() takes one flag name, as in {META}(attention_backend).vendor "
+            raise ExpressionError(f"{META}() takes one flag name, as in {META}(kernel).vendor "
                                   f"(in {self.source!r})")
         table = self.meta.get(flag)
         if not table:
@@ -522,7 +522,7 @@ class _Compiler:
         name = node.func.id
         if name == META:
             raise ExpressionError(f"{META}() reads a property of a flag's value: write "
-                                  f"{META}(flag).property, as in {META}(attention_backend).vendor (in {self.source!r})")
+                                  f"{META}(flag).property, as in {META}(kernel).vendor (in {self.source!r})")
         if name in SPECIAL_FORMS:
             return self._special(name, node)
         if name not in FUNCTIONS:

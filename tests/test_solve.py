@@ -87,3 +87,18 @@ def test_warn_rules_attach_messages(plan):
 def test_unknown_flag_name_is_a_usage_error(plan):
     with pytest.raises(api.UsageError):
         api.resolve("llm", {"tp": 2}, H100)
+
+
+def test_a_rule_on_choice_metadata_steers_a_decision(tmp_path):
+    """`meta(attention_backend).sms` is read while the solver tries candidates: on SM 8.0 the
+    preferred flashinfer (built for SM 9.0 and 10.0 only) is skipped for triton."""
+    from resolver.catalog import load_catalog
+    from resolver.rules import load_rules
+    from resolver.solve import Plan
+    from tests.toy import A100, write_meta_toy
+    write_meta_toy(tmp_path)
+    plan = Plan(load_catalog("llm", tmp_path), load_rules("llm", tmp_path))
+    on_a100 = plan.solve({}, A100)
+    assert on_a100.values["attention_backend"] == "triton"
+    assert plan.solve({}, B200).values["attention_backend"] == "flashinfer"
+    assert not plan.solve({"attention_backend": "flashinfer"}, A100).satisfiable
