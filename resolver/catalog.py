@@ -224,9 +224,10 @@ def _choice_meta(flag: Flag, meta: Any, where: str) -> tuple[MetaProperty, ...]:
     if not isinstance(meta, dict) or set(meta) != {"properties", "choices"}:
         raise UsageError(f"{where}: choice_meta needs exactly 'properties' (name: {{default, about}}) and "
                          f"'choices' (choice: {{property: value}}), or is {{same_as: <flag>}}.")
-    if flag.type != "enum" or not flag.choices:
-        raise UsageError(f"{where} has choice_meta but is not an enum flag with choices; metadata describes "
-                         f"the values of a choice flag.")
+    open_names = flag.type == "str" and not flag.choices   # an open name (say, a kernel name)
+    if not open_names and (flag.type != "enum" or not flag.choices):
+        raise UsageError(f"{where} has choice_meta but is neither an enum flag with choices nor an open str "
+                         f"flag; metadata describes the values a flag names.")
     props, choices = meta["properties"], meta["choices"]
     if not isinstance(props, dict) or not props or not isinstance(choices, dict):
         raise UsageError(f"{where}: choice_meta 'properties' and 'choices' must be mappings.")
@@ -240,7 +241,7 @@ def _choice_meta(flag: Flag, meta: Any, where: str) -> tuple[MetaProperty, ...]:
         kinds[prop] = {_kind(_meta_value(spec["default"], f"{where}: property {prop!r}"))} - {None}
     pairs: dict[str, list] = {prop: [] for prop in props}
     for choice, given in choices.items():
-        if choice not in flag.choices:
+        if not open_names and choice not in flag.choices:
             raise UsageError(f"{where}: choice_meta describes {choice!r}, which is not one of its choices "
                              f"{list(flag.choices)}.")
         if not isinstance(given, dict):

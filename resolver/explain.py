@@ -182,7 +182,8 @@ def mentioned_values(plan: Plan, name: str) -> set[Any]:
 
     `name == 'a'`, `name in ('a', 'b')`, `name in some_named_set` and `'a' in name` all name
     a value of `name`, in a rule or in a derived value a rule reads, so naming a fragment in
-    derived.yaml hides no value from a dry run. Read from the parsed trees, never the source text.
+    derived.yaml hides no value from a dry run; `meta(name).prop` names every value the choice
+    metadata describes. Read from the parsed trees, never the source text.
     """
     sets = {s.id: s.values for s in plan.ruleset.sets}
     found: set[Any] = set()
@@ -198,6 +199,9 @@ def mentioned_values(plan: Plan, name: str) -> set[Any]:
     for expr in exprs:
         if expr.tree is not None and name in expr.flags:
             found.update(_compared(expr.tree, name, sets))
+        if any(meta_read(n) and meta_read(n)[0] == name for n in expr.names):
+            # `meta(name).prop` asks about every value its choice metadata describes
+            found.update(choice for prop in plan.catalog[name].choice_meta for choice, _ in prop.values)
     return {v for v in found if isinstance(v, (str, int, float, tuple)) and not isinstance(v, bool)}
 
 

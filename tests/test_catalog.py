@@ -230,5 +230,5 @@ def test_same_as_needs_a_flag_with_metadata_and_the_same_choices(tmp_path):
 def test_metadata_on_a_flag_without_choices_is_rejected(tmp_path):
     _write_catalog(tmp_path, "group: a\nflags:\n- name: n\n  flags: [--n]\n  type: int\n  default: 1\n  help: x.\n"
                              f"  choice_meta:\n{PROPS}    choices: {{}}\n")
-    with pytest.raises(UsageError, match="flag 'n' has choice_meta but is not an enum flag with choices"):
+    with pytest.raises(UsageError, match="flag 'n' has choice_meta but is neither an enum flag with choices nor an open str"):
         load_catalog("llm", tmp_path)
