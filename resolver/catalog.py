@@ -66,6 +66,9 @@ class Flag:
     meta: bool = False  # an option of the command line itself (the seed's --config), not a setting
     format: str | None = None  # "json": a str flag whose text upstream parses as JSON
     value_aliases: tuple[tuple[str, str], ...] = ()  # (typed value, the value it names), reported when used
+    # The choice that means "let the rules decide" (the default, e.g. `auto`): typing it pins nothing,
+    # so the flag resolves as if unset (api.resolve), and the provenance says it was typed.
+    auto_choice: str | None = None
 
     @property
     def primary(self) -> str:
@@ -144,6 +147,10 @@ def _flag_from_yaml(entry: dict, group: str, path: Path) -> Flag:
     if unknown:
         raise UsageError(f"{path}: flag {name!r} has unknown keys {unknown}; allowed: {sorted(_FLAG_FIELDS)}.")
     data.setdefault("flags", ())
+    auto = data.get("auto_choice")
+    if auto is not None and (auto not in (data.get("choices") or ()) or auto != data.get("default")):
+        raise UsageError(f"{path}: flag {name!r} has auto_choice {auto!r}, which must be one of its choices "
+                         f"and its default (typing it then means the same as leaving the flag out).")
     return Flag(name=name, group=data.pop("group", group), deprecated_spellings=spellings, **data)
 
 

@@ -142,7 +142,7 @@ def write_table(path: Path, results: dict) -> None:
             cases[cid] = {"fields": sorted({d[0] for d in diffs}),
                           "reason": known.get("reason", "TODO"), "why": known.get("why", "")}
     header = ("# LLM cases where Accord deliberately differs from upstream SGLang 0.5.23 (see\n"
-              "# tests/test_differential_llm.py). reason: seed wins | upstream bug | launch-time truth.\n"
+              "# tests/test_differential_llm.py). reason: seed wins | upstream bug | launch-time truth | open.\n"
               "# Regenerate the list with `python -m tests.differential.score FIXTURE --table THIS`.\n")
     path.write_text(header + yaml.safe_dump({"cases": cases}, sort_keys=True, width=100))
 
