@@ -69,6 +69,9 @@ class Flag:
     # The choice that means "let the rules decide" (the default, e.g. `auto`): typing it pins nothing,
     # so the flag resolves as if unset (api.resolve), and the provenance says it was typed.
     auto_choice: str | None = None
+    # Flags an alias sets besides its own value ((typed alias, ((flag, value), ...)), ...): upstream's
+    # old spelling also meant those settings (flagparse applies them, reported, never over a typed value).
+    alias_implies: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
 
     @property
     def primary(self) -> str:
@@ -143,6 +146,13 @@ def _flag_from_yaml(entry: dict, group: str, path: Path) -> Flag:
             data[key] = tuple(data[key])
     if data.get("value_aliases") is not None:
         data["value_aliases"] = tuple(sorted(data["value_aliases"].items()))
+    if data.get("alias_implies") is not None:
+        implied = data["alias_implies"]
+        strays = sorted(set(implied) - {alias for alias, _ in data.get("value_aliases") or ()})
+        if strays:
+            raise UsageError(f"{path}: flag {name!r} has alias_implies for {strays}, which are not among its "
+                             f"value_aliases; an implication belongs to an alias.")
+        data["alias_implies"] = tuple(sorted((alias, tuple(sorted(sets.items()))) for alias, sets in implied.items()))
     unknown = sorted(set(data) - _FLAG_FIELDS)
     if unknown:
         raise UsageError(f"{path}: flag {name!r} has unknown keys {unknown}; allowed: {sorted(_FLAG_FIELDS)}.")
