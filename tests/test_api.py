@@ -7,6 +7,8 @@ default) to round_robin outside PD prefill and to follow_bootstrap_room on prefi
 (oracle cases r13-0013, r29-0057).
 """
 
+import pytest
+
 from resolver.api import resolve
 from resolver.facts import load_facts
 
@@ -39,3 +41,30 @@ def test_a_concrete_typed_value_is_kept():
     config = _resolve({"load_balance_method": "total_requests"})
     assert config.values["load_balance_method"] == "total_requests"
     assert config.provenance["load_balance_method"]["source"] == "user"
+
+
+# --relax answers a conflict about a value upstream rewrites with upstream's value, reported. Oracle:
+# upstream keeps trtllm_mha on B200 and rewrites --page-size 1 to 64 (r13-0395); under DP attention it
+# runs 0.3 x the typed conservativeness (r29-0299: 0.5 -> 0.15).
+
+MODELS = "tests/differential/fixtures/models"
+
+
+def _relaxed(preset, values, model):
+    import pathlib
+    path = str(pathlib.Path(__file__).resolve().parents[1] / MODELS / model)
+    values = {"model_path": path, **values}
+    facts = load_facts(preset, (), model_path=path, system="llm")
+    return resolve("llm", values, facts, {name: "cli" for name in values}, relax=True)
+
+
+def test_relax_gives_upstreams_page_size_and_keeps_its_default_kernel():
+    config = _relaxed("b200", {"page_size": 1, "tp_size": 8}, "Qwen/Qwen3-8B")
+    assert config.values["attention_backend"] == "trtllm_mha" and config.values["page_size"] == 64
+    assert config.provenance["page_size"] == {"source": "relax", "rule": "kv.page_size.default_backend", "was": 1}
+
+
+def test_relax_gives_upstreams_scaled_conservativeness_under_dp_attention():
+    config = _relaxed("b200", {"tp_size": 4, "dp_size": 4, "enable_dp_attention": True,
+                               "schedule_conservativeness": 0.5}, "Qwen/Qwen3-8B")
+    assert config.values["schedule_conservativeness"] == pytest.approx(0.15)
