@@ -567,8 +567,8 @@ def _apply_alias_implications(catalog: Catalog, aliased: dict[str, str], values:
                               sources: dict[str, str]) -> list[str]:
     """Set what a typed value alias also means (its flag's `alias_implies`), and say so.
 
-    Why: an old spelling upstream still accepts can stand for several settings (tokenspeed_mla is
-    cutedsl_mla with an FP8 KV cache). The implied value is applied like a typed one, with the
+    Why: an old spelling upstream still accepts can stand for several settings (an old kernel name
+    that also fixes the KV cache type). The implied value is applied like a typed one, with the
     alias's source; a flag left at its auto choice takes it too (auto pins nothing). A different
     concrete value typed for that flag is refused: upstream would overwrite it silently.
     """
