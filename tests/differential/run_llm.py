@@ -11,6 +11,7 @@ usage: python -m tests.differential.run_llm [--seed N] [--random N] [--random-on
   llm_oracle_r29.json  --seed 29 --random 300 --random-only (a fresh batch, scored after the rules
                        were tuned on the first one)
   llm_oracle_r41.json  --seed 41 --random 200 --random-only (another, scored after the seed-29 fixes)
+  llm_oracle_r53.json  --seed 53 --random 200 --random-only (another, scored after the seed-41 fixes)
 """
 
 from __future__ import annotations
