@@ -89,6 +89,12 @@ class Flag:
     format: str | None = None  # "json": a str flag whose text upstream parses as JSON
     value_aliases: tuple[tuple[str, str], ...] = ()  # (typed value, the value it names), reported when used
     choice_meta: tuple[MetaProperty, ...] = ()  # properties of the choices that rules read (`meta(flag).p`)
+    # The choice that means "let the rules decide" (the default, e.g. `auto`): typing it pins nothing,
+    # so the flag resolves as if unset (api.resolve), and the provenance says it was typed.
+    auto_choice: str | None = None
+    # Flags an alias sets besides its own value ((typed alias, ((flag, value), ...)), ...): upstream's
+    # old spelling also meant those settings (flagparse applies them, reported, never over a typed value).
+    alias_implies: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
 
     @property
     def primary(self) -> str:
@@ -175,10 +181,21 @@ def _flag_from_yaml(entry: dict, group: str, path: Path) -> Flag:
             data[key] = tuple(data[key])
     if data.get("value_aliases") is not None:
         data["value_aliases"] = tuple(sorted(data["value_aliases"].items()))
+    if data.get("alias_implies") is not None:
+        implied = data["alias_implies"]
+        strays = sorted(set(implied) - {alias for alias, _ in data.get("value_aliases") or ()})
+        if strays:
+            raise UsageError(f"{path}: flag {name!r} has alias_implies for {strays}, which are not among its "
+                             f"value_aliases; an implication belongs to an alias.")
+        data["alias_implies"] = tuple(sorted((alias, tuple(sorted(sets.items()))) for alias, sets in implied.items()))
     unknown = sorted(set(data) - _FLAG_FIELDS)
     if unknown:
         raise UsageError(f"{path}: flag {name!r} has unknown keys {unknown}; allowed: {sorted(_FLAG_FIELDS)}.")
     data.setdefault("flags", ())
+    auto = data.get("auto_choice")
+    if auto is not None and (auto not in (data.get("choices") or ()) or auto != data.get("default")):
+        raise UsageError(f"{path}: flag {name!r} has auto_choice {auto!r}, which must be one of its choices "
+                         f"and its default (typing it then means the same as leaving the flag out).")
     meta = data.pop("choice_meta", None)
     flag = Flag(name=name, group=data.pop("group", group), deprecated_spellings=spellings, **data)
     if meta is None:

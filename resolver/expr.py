@@ -102,6 +102,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "max": _skip_none(max),
     "len": lambda x: 0 if x is None else len(x),
     "abs": lambda x: None if x is None else abs(x),
+    "round": lambda x, digits=0: None if x is None else round(x, int(digits)),  # Python's (half-even) rounding
     "int": lambda x: None if x is None else int(x),
     "startswith": lambda s, p: isinstance(s, str) and s.startswith(p),
     "contains": lambda s, part: s is not None and part in s,

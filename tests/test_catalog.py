@@ -232,3 +232,27 @@ def test_metadata_on_a_flag_without_choices_is_rejected(tmp_path):
                              f"  choice_meta:\n{PROPS}    choices: {{}}\n")
     with pytest.raises(UsageError, match="flag 'n' has choice_meta but is neither an enum flag with choices nor an open str"):
         load_catalog("llm", tmp_path)
+
+
+def test_an_auto_choice_must_be_the_default_choice(tmp_path):
+    # typing it must mean what leaving the flag out means, or dropping it would change the value
+    _write_catalog(tmp_path, "group: a\nflags:\n- {name: lb, flags: [--lb], type: enum, choices: [auto, rr], "
+                             "default: rr, auto_choice: auto, help: x.}\n")
+    with pytest.raises(UsageError, match="auto_choice 'auto', which must be one of its choices and its default"):
+        load_catalog("llm", tmp_path)
+
+
+def test_an_implication_belongs_to_a_value_alias(tmp_path):
+    _write_catalog(tmp_path, "group: a\nflags:\n- {name: ab, flags: [--ab], type: enum, choices: [x, y], "
+                             "default: x, value_aliases: {z: y}, alias_implies: {w: {ab: x}}, help: x.}\n")
+    with pytest.raises(UsageError, match=r"alias_implies for \['w'\], which are not among its value_aliases"):
+        load_catalog("llm", tmp_path)
+
+
+def test_the_shipped_auto_choices_are_defaults_and_aliases_imply_known_flags():
+    catalog = load_catalog("llm")
+    marked = {f.name for f in catalog if f.auto_choice is not None}
+    assert {"kv_cache_dtype", "load_balance_method", "moe_runner_backend"} <= marked
+    for flag in catalog:
+        for _, sets in flag.alias_implies:
+            assert all(name in catalog.flags for name, _ in sets), flag.name

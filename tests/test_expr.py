@@ -39,6 +39,8 @@ def test_names_split_into_flags_and_facts():
     ("min(tp_size, 4)", 4),
     ("max(missing_flag, 3)", 3),
     ("pow2_floor(12)", 8),
+    ("round(62464 / 81920, 3)", 0.762),  # upstream's round() of 0.7625 (memory_hook.py:327), not half-up
+    ("round(missing_flag, 3)", None),
     ("capped([1, 2, 4, 8, 16], 10)", [1, 2, 4, 8, 10]),
     ("capped(range(1, 5), 4)", [1, 2, 3, 4]),
     ("startswith(model.architecture, 'Deepseek')", True),
