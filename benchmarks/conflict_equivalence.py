@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default="/work/main", help="the checkout to compare against")
     parser.add_argument("--head", default=str(HEAD), help="the checkout under test")
+    parser.add_argument("--base-outputs", metavar="FILE",
+                        help="reuse the base checkout's outputs from FILE (written there when missing)")
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
     if opts.worker:
@@ -117,7 +119,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(HEAD))
         listed = commands(tmp_path / "models")
         (tmp_path / "commands.json").write_text(json.dumps(listed))
-        base = run_checkout(Path(opts.base).resolve(), tmp_path / "commands.json", tmp_path / "base.json")
+        saved = Path(opts.base_outputs) if opts.base_outputs else None
+        if saved is not None and saved.is_file():
+            base = json.loads(saved.read_text())
+        else:
+            base = run_checkout(Path(opts.base).resolve(), tmp_path / "commands.json", tmp_path / "base.json")
+            if saved is not None:
+                saved.write_text(json.dumps(base, sort_keys=True))
         head = run_checkout(Path(opts.head).resolve(), tmp_path / "commands.json", tmp_path / "head.json")
     conflicts = sum(1 for key, (rc, _, _) in base.items() if key.endswith(" --json") and
                     not key.endswith("--relax --json") and rc == CONFLICT)

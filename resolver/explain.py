@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping
 
 from resolver.expr import Expr, UnknownFact, dotted_name
 from resolver.fixes import Fix, find_fixes
-from resolver.nearby import Nearby
+from resolver.nearby import nearby_for
 from resolver.report import describe_value
 from resolver.rules import Derived, Rule
 from resolver.solve import Env, Plan
@@ -60,11 +60,12 @@ def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]
     defaults come back, which may break some other rule.
     """
     found: list[tuple[list[str], list[Rule]]] = []
+    cache: dict = {}  # what solving each command gave, shared by every step (resolver/nearby.py)
     remaining = dict(user)
-    while not plan.satisfiable(remaining, facts):
-        broken = minimal_rules(plan, remaining, facts)
+    while nearby_for(plan, remaining, facts, cache).decisions() is None:  # not satisfiable
+        broken = minimal_rules(plan, remaining, facts, cache=cache)
         flags = minimal_flags(plan, remaining, facts, broken)
-        rules = minimal_rules(plan, {k: remaining[k] for k in flags}, facts, broken)
+        rules = minimal_rules(plan, {k: remaining[k] for k in flags}, facts, broken, cache)
         found.append((flags, rules))
         if not flags:
             break  # the facts alone are contradictory: nothing the user can drop separates more
@@ -77,7 +78,7 @@ def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]
         others = {name for other, _ in found if other is not flags for name in other}
         isolated = {k: v for k, v in user.items() if k not in others}
         read_facts = sorted(set().union(*(r.reads_facts for r in rules)) & set(facts))
-        fixes = find_fixes(plan, isolated, facts, flags, rules)
+        fixes = find_fixes(plan, isolated, facts, flags, rules, cache)
         conflicts.append(Conflict(tuple(flags), tuple(r.id for r in rules), tuple(read_facts), tuple(fixes)))
     return conflicts
 
@@ -91,10 +92,11 @@ def minimal_flags(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
 
 
 def minimal_rules(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
-                  rules: list[Rule] | None = None) -> list[Rule]:
-    """A minimal set of hard rules (from `rules`, default all) that, with `user`, is unsatisfiable."""
+                  rules: list[Rule] | None = None, cache: dict | None = None) -> list[Rule]:
+    """A minimal set of hard rules (from `rules`, default all) that, with `user`, is unsatisfiable
+    (`cache`: the explanation's `Nearby` objects)."""
     pool = list(plan.hard_rules if rules is None else rules)
-    nearby = Nearby(plan, user, facts)  # most checks are answered by decision-free verdicts alone
+    nearby = nearby_for(plan, user, facts, cache)  # most checks need no solve (resolver/nearby.py)
     core = set(id(r) for r in quickxplain(pool, nearby.rules_unsatisfiable))
     return [r for r in pool if id(r) in core]
 

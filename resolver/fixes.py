@@ -24,7 +24,7 @@ import json
 from typing import Any, Mapping
 
 from resolver.expr import UnknownFact
-from resolver.nearby import Nearby
+from resolver.nearby import Neighbour, nearby_for
 from resolver.rules import Rule
 from resolver.solve import Env, Plan, RelaxedValues
 
@@ -90,8 +90,9 @@ def combine(fixes: list[Fix]) -> Fix | None:
 
 
 def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
-               flags: list[str], rules: list[Rule]) -> list[Fix]:
-    """The verified fixes of one conflict (its user `flags` and `rules`), best first.
+               flags: list[str], rules: list[Rule], cache: dict | None = None) -> list[Fix]:
+    """The verified fixes of one conflict (its user `flags` and `rules`), best first (`cache`: the
+    explanation's `Nearby` objects, see resolver/nearby.py).
 
     Rank, smaller first: (changed flags, not the rule's own hint, warnings the fix adds, typed
     values changed or dropped, preference order). A hint is upstream's answer (or the rule
@@ -106,7 +107,6 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
     one, so the group is done once enough verified fixes add none. The result is the same as
     verifying and ranking every candidate.
     """
-    base = dict(user)  # what `Fix.apply` starts from
     seen, groups = set(), {}
     for order, fix in enumerate(_proposals(plan, user, facts, flags, rules)):
         if fix.size() == 0 or fix.key() in seen:
@@ -114,7 +114,7 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
         seen.add(fix.key())
         touched = sum(1 for name in fix.flags() if name in user)
         groups.setdefault((fix.size(), 0 if fix.rule else 1), []).append((touched, order, fix))
-    nearby = Nearby(plan, base, facts)
+    nearby = nearby_for(plan, dict(user), facts, cache)  # `Fix.apply` gives plain dicts
     before: set[str] | None = None
     chosen: list[Fix] = []
     for key in sorted(groups):
@@ -124,15 +124,16 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
         members = sorted(groups[key], key=lambda item: item[:2])
         scored, clean = [], 0
         for touched, order, fix in members:
-            values = fix.apply(user)
-            if not nearby.satisfiable(values, fix.flags()):
+            solved = nearby.solve(fix.apply(user), fix.flags())
+            if solved is None:
                 continue
             if len(members) == 1:
                 scored.append((0, touched, order, fix))  # alone in its group: nothing to order
                 break
             if before is None:
-                before = _warnings(plan, user, facts)
-            added = len(_warnings(plan, values, facts, verified=True) - before)
+                decided = plan.decisions(user, facts)
+                before = set() if decided is None else nearby.warnings(Neighbour(user, decided, None))
+            added = len(nearby.warnings(solved) - before)
             scored.append((added, touched, order, fix))
             clean += added == 0
             if clean == room:
@@ -140,26 +141,6 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
         scored.sort(key=lambda item: item[:3])
         chosen += [fix for *_, fix in scored[:room]]
     return chosen
-
-
-def _warnings(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
-              verified: bool = False) -> set[str]:
-    """Ids of the warn rules that fire for a command (empty when it does not resolve; `verified`:
-    it is known to be satisfiable)."""
-    if not verified and not plan.satisfiable(user, facts):
-        return set()  # the usual case for the conflicting command itself: no full solve needed
-    outcome = plan.solve(user, facts)
-    if not outcome.satisfiable:
-        return set()
-    env = Env(plan, user, facts, outcome.values)
-    fired = set()
-    for rule in plan.warn_rules:
-        try:
-            if rule.when is None or rule.when(env):
-                fired.add(rule.id)
-        except UnknownFact:
-            continue
-    return fired
 
 
 def _proposals(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
