@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="accord-equiv-") as tmp:
         tmp_path = Path(tmp)
         sys.path.insert(0, str(HEAD))
-        listed = commands(tmp_path / "models")
+        # A fixed folder for the model files, so saved base outputs name the same paths.
+        listed = commands(Path(tempfile.gettempdir()) / "accord-equivalence-models")
         (tmp_path / "commands.json").write_text(json.dumps(listed))
         saved = Path(opts.base_outputs) if opts.base_outputs else None
         if saved is not None and saved.is_file():
