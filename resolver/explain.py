@@ -60,7 +60,10 @@ def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]
     defaults come back, which may break some other rule.
     """
     found: list[tuple[list[str], list[Rule]]] = []
-    cache: dict = {}  # what solving each command gave, shared by every step (resolver/nearby.py)
+    # What solving each command gave, shared by every step; each command below is the launch with
+    # some values dropped, so it starts from what the launch's own solve found (resolver/nearby.py).
+    cache: dict = {}
+    launch = nearby_for(plan, user, facts, cache)
     remaining = dict(user)
     while nearby_for(plan, remaining, facts, cache).decisions() is None:  # not satisfiable
         broken = minimal_rules(plan, remaining, facts, cache=cache)
@@ -71,12 +74,14 @@ def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]
             break  # the facts alone are contradictory: nothing the user can drop separates more
         for name in flags:
             remaining.pop(name)
+        launch.seed(remaining, set(user) - set(remaining))
     found.sort(key=lambda item: [plan.order[name] for name in item[0]])
     conflicts = []
     for flags, rules in found:
         # Judge each conflict's fixes without the others, so independent conflicts each get theirs.
         others = {name for other, _ in found if other is not flags for name in other}
         isolated = {k: v for k, v in user.items() if k not in others}
+        launch.seed(isolated, others)
         read_facts = sorted(set().union(*(r.reads_facts for r in rules)) & set(facts))
         fixes = find_fixes(plan, isolated, facts, flags, rules, cache)
         conflicts.append(Conflict(tuple(flags), tuple(r.id for r in rules), tuple(read_facts), tuple(fixes)))

@@ -24,7 +24,7 @@ import json
 from typing import Any, Mapping
 
 from resolver.expr import UnknownFact
-from resolver.nearby import Neighbour, nearby_for
+from resolver.nearby import nearby_for
 from resolver.rules import Rule
 from resolver.solve import Env, Plan, RelaxedValues
 
@@ -132,7 +132,7 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
                 break
             if before is None:
                 decided = plan.decisions(user, facts)
-                before = set() if decided is None else nearby.warnings(Neighbour(user, decided, None))
+                before = set() if decided is None else nearby.command_warnings(user, decided)
             added = len(nearby.warnings(solved) - before)
             scored.append((added, touched, order, fix))
             clean += added == 0

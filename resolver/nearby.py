@@ -73,14 +73,37 @@ def _index(plan: Plan, set_flags: frozenset[str]) -> _Index:
     return _Index(plan, set_flags)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """The decision groups of the commands with these flags set, as `Plan.decision_groups` gives
+    them, with the ids of the rules in them (the decision-reading ones) and a key per group."""
+
+    groups: tuple
+    constrained: frozenset[int]
+    keys: frozenset
+
+
+@functools.lru_cache(maxsize=256)
+def _layout_of(plan: Plan, set_flags: frozenset[str], relaxed: frozenset[str]) -> _Layout:
+    groups = tuple(plan.decision_groups(RelaxedValues(dict.fromkeys(set_flags), relaxed)))
+    return _Layout(groups, frozenset(id(rule) for _, rules in groups for rule in rules),
+                   frozenset((names, tuple(map(id, rules))) for names, rules in groups))
+
+
+def _layout(plan: Plan, user: Mapping[str, Any]) -> _Layout:
+    return _layout_of(plan, frozenset(user), frozenset(getattr(user, "relaxed", ())))
+
+
 @dataclasses.dataclass
 class Neighbour:
-    """A satisfiable neighbour: its values, the decisions `solve` makes for it, and the flags whose
-    value may differ from the base command's under the base decisions (None: any of them)."""
+    """A satisfiable neighbour: its values, the decisions `solve` makes for it, the flags whose
+    value may differ from the base command's under the base decisions (None: any of them), and its
+    decision-reading rules."""
 
     values: Mapping[str, Any]
     decided: dict[str, Any]
     differ: set[str] | None
+    constrained: set[int]        # ids of its decision-reading hard rules
 
 
 class Nearby:
@@ -97,11 +120,15 @@ class Nearby:
         self._env = Env(plan, user, facts, {}, self.shared)
         self._index = _index(plan, frozenset(user))
         self._verdicts: dict[int, Any] | None = None   # id(rule) -> every decision-free verdict
-        self._groups = plan.decision_groups(user)     # decision groups: (decisions, rules)
-        self._constrained = {id(rule) for _, rules in self._groups for rule in rules}  # decision-reading rules
+        layout = _layout(plan, user)
+        self._groups = layout.groups                    # decision groups: (decisions, rules)
+        self._constrained = layout.constrained          # ids of the decision-reading rules
+        self._group_keys = layout.keys
+        self._broken: list[int] | None = None         # ids of the broken decision-free rules
         self._decided: tuple | None = None             # (the base's decisions under its decision rules,)
         self._final: dict[int, Any] | None = None      # id(rule) -> its reading under those decisions
-        self._rejects: dict[int, int] = {}             # id(rule) -> neighbours it proved unsatisfiable
+        self._rejecters: list[Rule] = []               # rules that proved neighbours unsatisfiable, latest first
+        self._reach: dict[frozenset, tuple] = {}       # changed flags -> (flags reached, rules reading them)
         self._warned: tuple | None = None              # (decisions, warnings) of the base command itself
 
     def verdict(self, rule: Rule) -> Any:
@@ -143,66 +170,99 @@ class Nearby:
             return False
         return not self.plan.satisfiable(self.user, self.facts, rules)
 
+    def seed(self, values: Mapping[str, Any], changed: set[str]) -> None:
+        """Copy into the solver's memo for `values` (`Plan.shared`) the decision-free verdicts and
+        derived values of the base command that a change of the flags `changed` cannot reach, so no
+        solve of `values` computes them again."""
+        flags, touched = self._reached(changed)
+        shared = self.plan.shared(values, self.facts)
+        self._seed_derived(shared, flags)
+        self._seed_verdicts(shared, touched)
+
+    def _reached(self, changed: set[str]) -> tuple[set[str], dict[int, Rule]]:
+        key = frozenset(changed)
+        found = self._reach.get(key)
+        if found is None:
+            flags = self._index.affected(changed)
+            found = self._reach[key] = (flags, self._index.touched(flags))
+        return found
+
+    def _seed_derived(self, shared, flags: set[str]) -> None:
+        for name, value in self.shared.derived.items():
+            if name not in flags:
+                shared.derived.setdefault(name, value)
+
+    def _seed_verdicts(self, shared, touched: dict[int, Rule]) -> None:
+        for rid, verdict in self.shared.verdicts.items():
+            if rid not in touched:
+                shared.verdicts.setdefault(rid, verdict)
+
     def solve(self, values: Mapping[str, Any], changed: set[str]) -> Neighbour | None:
         """What `plan.decisions(values, facts)` says about `values`, which differ from the base
         command only in the flags `changed` (set, unset or given another value): None when it is
         unsatisfiable, else its decisions."""
         plan = self.plan
-        base = self.verdicts()
-        flags = self._index.affected(changed)
-        touched = self._index.touched(flags)
-        if any(verdict is False and rid not in touched for rid, verdict in base.items()):
+        known = self._known(values)
+        if known is not None:  # solved in full already (say, a drop that two conflicts share)
+            return None if known._all[0] is None else Neighbour(values, known._all[0], None, known._constrained)
+        if self._broken is None:
+            self._broken = [rid for rid, verdict in self.verdicts().items() if verdict is False]
+        flags, touched = self._reached(changed)
+        if any(rid not in touched for rid in self._broken):
             return None  # a broken rule reads nothing the change reaches
         shared = plan.shared(values, self.facts)
-        for name, value in self.shared.derived.items():
-            if name not in flags:
-                shared.derived.setdefault(name, value)
+        self._seed_derived(shared, flags)
         env = Env(plan, values, self.facts, {}, shared)
-        same_flags = frozenset(values) == frozenset(self.user) and not getattr(self.user, "relaxed", None)
-        constrained = self._constrained if same_flags else self._other(values)._constrained
+        layout = _layout(plan, values)
         # The rules that rejected earlier neighbours are the likeliest to reject this one: first.
-        for rule in sorted(touched.values(), key=lambda r: self._rejects.get(id(r), 0), reverse=True):
-            if rule.is_hard and id(rule) not in constrained and _verdict(rule, env, shared) is False:
-                self._rejects[id(rule)] = self._rejects.get(id(rule), 0) + 1
+        first = [rule for rule in self._rejecters if id(rule) in touched]
+        for rule in (*first, *touched.values()):
+            if rule.is_hard and id(rule) not in layout.constrained and _verdict(rule, env, shared) is False:
+                if first[:1] != [rule]:
+                    self._rejecters = [rule, *(r for r in self._rejecters if r is not rule)]
                 return None
-        for rid, verdict in base.items():
-            if rid not in touched:
-                shared.verdicts.setdefault(rid, verdict)
+        self._seed_verdicts(shared, touched)
         decided = self.base_decisions()
-        if decided is None or not same_flags:
-            # Other flags set give other decision groups: decide them all.
+        if decided is None:
             again = self._other(values).decisions()
-            return None if again is None else Neighbour(values, again, None)
-        # Every decision-free rule holds (checked above); a decision group that reads nothing the
-        # change reaches decides as in the base command, so only the others are decided again.
+            return None if again is None else Neighbour(values, again, None, layout.constrained)
+        # Every decision-free rule holds (checked above). A decision group that is also one of the
+        # base command's and reads nothing the change reaches decides as there; the others are
+        # decided again (other flags set can merge or split groups).
         kept: dict[str, Any] = {}
         redo: list[Rule] = []
         redone: list[str] = []
-        for names, rules in self._groups:
-            if any(var in flags for var in names) or any(id(rule) in touched for rule in rules):
+        for names, rules in layout.groups:
+            if (names, tuple(map(id, rules))) in self._group_keys and not any(var in flags for var in names) \
+                    and not any(id(rule) in touched for rule in rules):
+                kept.update((var, decided[var]) for var in names)
+            else:
                 redo += rules
                 redone += names
-            else:
-                kept.update((var, decided[var]) for var in names)
         if not redo:
-            return Neighbour(values, kept, flags)
+            return Neighbour(values, kept, flags, layout.constrained)
         again = plan.decisions(values, self.facts, redo)
         if again is None:
             return None
-        return Neighbour(values, {**kept, **again}, self._index.affected([*changed, *redone]))
+        return Neighbour(values, {**kept, **again}, self._index.affected([*changed, *redone]), layout.constrained)
 
     def warnings(self, neighbour: Neighbour) -> set[str]:
         """Ids of the warn rules that fire for a satisfiable neighbour, as `solve` and a pass over
         `plan.warn_rules` give them. Like `solve`, the decision-reading hard rules are checked once
         more on the result, and a neighbour failing that has no warnings."""
-        if neighbour.differ is None:  # read in full, and remembered by that command's Nearby
-            return self._other(neighbour.values).own_warnings(neighbour.decided)
+        if neighbour.differ is None:
+            return self.command_warnings(neighbour.values, neighbour.decided)
         return self._warnings(neighbour)
+
+    def command_warnings(self, values: Mapping[str, Any], decided: dict[str, Any]) -> set[str]:
+        """The warnings of a command with these decisions, read in full (and remembered by that
+        command's own Nearby)."""
+        return self._other(values).own_warnings(decided)
 
     def own_warnings(self, decided: dict[str, Any]) -> set[str]:
         """The warnings of the base command itself with these decisions, read once."""
         if self._warned is None or self._warned[0] != decided:
-            self._warned = (dict(decided), self._warnings(Neighbour(self.user, decided, None)))
+            self._warned = (dict(decided), self._warnings(Neighbour(self.user, decided, None, self._constrained)))
         return set(self._warned[1])
 
     def _warnings(self, neighbour: Neighbour) -> set[str]:
@@ -210,7 +270,7 @@ class Nearby:
         env = Env(plan, values, self.facts, neighbour.decided, plan.shared(values, self.facts))
         final = self._base_final() if neighbour.differ is not None else {}
         touched = self._index.touched(neighbour.differ) if neighbour.differ is not None else None
-        constrained = self._constrained if neighbour.differ is not None else self._other(values)._constrained
+        constrained = neighbour.constrained
         fired = set()
         for rule in (*plan.hard_rules, *plan.warn_rules):
             if rule.is_hard and id(rule) not in constrained:
@@ -224,6 +284,13 @@ class Nearby:
             if not rule.is_hard and reading is True:
                 fired.add(rule.id)
         return fired
+
+    def _known(self, values: Mapping[str, Any]) -> "Nearby | None":
+        """The Nearby of `values` if the explanation has one that solved it in full."""
+        if self._cache is None:
+            return None
+        found = self._cache.get(_key(values))
+        return found if found is not None and found._all is not None else None
 
     def _other(self, values: Mapping[str, Any]) -> "Nearby":
         """The `Nearby` of another command (kept in the explanation's cache, if there is one)."""
@@ -244,11 +311,15 @@ def nearby_for(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], ca
     same throughout) by the steps that ask about the same command."""
     if cache is None:
         return Nearby(plan, user, facts)
-    key = (repr(sorted(user.items())), frozenset(getattr(user, "relaxed", ())))
+    key = _key(user)
     found = cache.get(key)
     if found is None:
         found = cache[key] = Nearby(plan, user, facts, cache)
     return found
+
+
+def _key(user: Mapping[str, Any]) -> tuple:
+    return repr(sorted(user.items())), frozenset(getattr(user, "relaxed", ()))
 
 
 def _reading(rule: Rule, env: Env) -> Any:
