@@ -27,7 +27,7 @@ from typing import Any, Iterable, Mapping
 
 from resolver.expr import UnknownFact
 from resolver.rules import Rule
-from resolver.solve import Env, Plan, RelaxedValues, check
+from resolver.solve import Env, Plan, RelaxedValues, check, holds
 
 
 def _reads(rule: Rule) -> frozenset[str]:
@@ -104,6 +104,7 @@ class Neighbour:
     decided: dict[str, Any]
     differ: set[str] | None
     constrained: set[int]        # ids of its decision-reading hard rules
+    held: bool = False           # every one of them is known to hold under these decisions
 
 
 class Nearby:
@@ -115,7 +116,7 @@ class Nearby:
         user = RelaxedValues(user, user.relaxed) if isinstance(user, RelaxedValues) else dict(user)
         self.plan, self.user, self.facts = plan, user, facts
         self._cache = cache                            # the explanation's other Nearby objects
-        self._all: tuple[dict[str, Any] | None] | None = None   # plan.decisions(user, facts)
+        self._all: tuple | None = None                 # (plan.decisions(user, facts), all rules held)
         self.shared = plan.shared(user, facts)
         self._env = Env(plan, user, facts, {}, self.shared)
         self._index = _index(plan, frozenset(user))
@@ -125,7 +126,7 @@ class Nearby:
         self._constrained = layout.constrained          # ids of the decision-reading rules
         self._group_keys = layout.keys
         self._broken: list[int] | None = None         # ids of the broken decision-free rules
-        self._decided: tuple | None = None             # (the base's decisions under its decision rules,)
+        self._decided: tuple | None = None             # (decisions under its decision rules alone, all held)
         self._final: dict[int, Any] | None = None      # id(rule) -> its reading under those decisions
         self._rejecters: list[Rule] = []               # rules that proved neighbours unsatisfiable, latest first
         self._reach: dict[frozenset, tuple] = {}       # changed flags -> (flags reached, rules reading them)
@@ -147,15 +148,24 @@ class Nearby:
     def decisions(self) -> dict[str, Any] | None:
         """`plan.decisions(user, facts)` for the base command, solved once."""
         if self._all is None:
-            self._all = (self.plan.decisions(self.user, self.facts),)
+            plan = self.plan
+            if any(self.verdict(rule) is False for rule in plan.hard_rules):
+                self._all = (None, False)
+            else:
+                found = _preferred(plan, self.user, self.facts, self._groups)
+                self._all = (found, True) if found is not None else (plan.decisions(self.user, self.facts), False)
         return self._all[0]
 
     def base_decisions(self) -> dict[str, Any] | None:
         """The decisions of the base command under its decision-reading rules alone (None when
         those rules have no solution together), solved once."""
         if self._decided is None:
-            rules = [rule for _, group in self._groups for rule in group]
-            self._decided = (self.plan.decisions(self.user, self.facts, rules),)
+            found = _preferred(self.plan, self.user, self.facts, self._groups)
+            if found is not None:
+                self._decided = (found, True)
+            else:
+                rules = [rule for _, group in self._groups for rule in group]
+                self._decided = (self.plan.decisions(self.user, self.facts, rules), False)
         return self._decided[0]
 
     def rules_unsatisfiable(self, rules: list[Rule]) -> bool:
@@ -204,47 +214,55 @@ class Nearby:
         plan = self.plan
         known = self._known(values)
         if known is not None:  # solved in full already (say, a drop that two conflicts share)
-            return None if known._all[0] is None else Neighbour(values, known._all[0], None, known._constrained)
+            decided, held = known._all
+            return None if decided is None else Neighbour(values, decided, None, known._constrained, held)
         if self._broken is None:
             self._broken = [rid for rid, verdict in self.verdicts().items() if verdict is False]
         flags, touched = self._reached(changed)
         if any(rid not in touched for rid in self._broken):
             return None  # a broken rule reads nothing the change reaches
+        layout = _layout(plan, values)
+        # The rules that rejected earlier neighbours are the likeliest to reject this one: they are
+        # tried first, in a bare Env (most neighbours stop here, and need no solver memo).
+        quick = Env(plan, values, self.facts, {})
+        for rule in self._rejecters:
+            if id(rule) in touched and id(rule) not in layout.constrained and _reading(rule, quick) is False:
+                self._rejected_by(rule)
+                return None
         shared = plan.shared(values, self.facts)
         self._seed_derived(shared, flags)
         env = Env(plan, values, self.facts, {}, shared)
-        layout = _layout(plan, values)
-        # The rules that rejected earlier neighbours are the likeliest to reject this one: first.
-        first = [rule for rule in self._rejecters if id(rule) in touched]
-        for rule in (*first, *touched.values()):
+        for rule in touched.values():
             if rule.is_hard and id(rule) not in layout.constrained and _verdict(rule, env, shared) is False:
-                if first[:1] != [rule]:
-                    self._rejecters = [rule, *(r for r in self._rejecters if r is not rule)]
+                self._rejected_by(rule)
                 return None
         self._seed_verdicts(shared, touched)
         decided = self.base_decisions()
         if decided is None:
-            again = self._other(values).decisions()
-            return None if again is None else Neighbour(values, again, None, layout.constrained)
+            other = self._other(values)
+            again = other.decisions()
+            return None if again is None else Neighbour(values, again, None, layout.constrained, other._all[1])
         # Every decision-free rule holds (checked above). A decision group that is also one of the
         # base command's and reads nothing the change reaches decides as there; the others are
         # decided again (other flags set can merge or split groups).
         kept: dict[str, Any] = {}
-        redo: list[Rule] = []
-        redone: list[str] = []
+        redo: list[tuple] = []
         for names, rules in layout.groups:
             if (names, tuple(map(id, rules))) in self._group_keys and not any(var in flags for var in names) \
                     and not any(id(rule) in touched for rule in rules):
                 kept.update((var, decided[var]) for var in names)
             else:
-                redo += rules
-                redone += names
+                redo.append((names, rules))
         if not redo:
-            return Neighbour(values, kept, flags, layout.constrained)
-        again = plan.decisions(values, self.facts, redo)
+            return Neighbour(values, kept, flags, layout.constrained, self._decided[1])
+        again, held = _preferred(plan, values, self.facts, redo), self._decided[1]
+        if again is None:
+            again, held = plan.decisions(values, self.facts, [rule for _, rules in redo for rule in rules]), False
         if again is None:
             return None
-        return Neighbour(values, {**kept, **again}, self._index.affected([*changed, *redone]), layout.constrained)
+        redone = [var for names, _ in redo for var in names]
+        return Neighbour(values, {**kept, **again}, self._index.affected([*changed, *redone]), layout.constrained,
+                         held)
 
     def warnings(self, neighbour: Neighbour) -> set[str]:
         """Ids of the warn rules that fire for a satisfiable neighbour, as `solve` and a pass over
@@ -262,7 +280,8 @@ class Nearby:
     def own_warnings(self, decided: dict[str, Any]) -> set[str]:
         """The warnings of the base command itself with these decisions, read once."""
         if self._warned is None or self._warned[0] != decided:
-            self._warned = (dict(decided), self._warnings(Neighbour(self.user, decided, None, self._constrained)))
+            held = self._all is not None and self._all[0] == decided and self._all[1]
+            self._warned = (dict(decided), self._warnings(Neighbour(self.user, decided, None, self._constrained, held)))
         return set(self._warned[1])
 
     def _warnings(self, neighbour: Neighbour) -> set[str]:
@@ -272,7 +291,9 @@ class Nearby:
         touched = self._index.touched(neighbour.differ) if neighbour.differ is not None else None
         constrained = neighbour.constrained
         fired = set()
-        for rule in (*plan.hard_rules, *plan.warn_rules):
+        # Decisions found as the preferred completion were checked against every rule that reads
+        # them on exactly these values: `solve`'s final check can only agree.
+        for rule in plan.warn_rules if neighbour.held else (*plan.hard_rules, *plan.warn_rules):
             if rule.is_hard and id(rule) not in constrained:
                 continue  # decision-free: already held before the decisions were made
             if touched is not None and id(rule) not in touched:
@@ -284,6 +305,10 @@ class Nearby:
             if not rule.is_hard and reading is True:
                 fired.add(rule.id)
         return fired
+
+    def _rejected_by(self, rule: Rule) -> None:
+        if self._rejecters[:1] != [rule]:
+            self._rejecters = [rule, *(r for r in self._rejecters if r is not rule)]
 
     def _known(self, values: Mapping[str, Any]) -> "Nearby | None":
         """The Nearby of `values` if the explanation has one that solved it in full."""
@@ -301,7 +326,8 @@ class Nearby:
         command under its own decisions (what a neighbour copies for the rules it does not touch)."""
         if self._final is None:
             env = Env(self.plan, self.user, self.facts, self.base_decisions(), self.shared)
-            rules = [r for r in self.plan.hard_rules if id(r) in self._constrained]
+            held = self._decided[1]
+            rules = [] if held else [r for r in self.plan.hard_rules if id(r) in self._constrained]
             self._final = {id(rule): _reading(rule, env) for rule in (*rules, *self.plan.warn_rules)}
         return self._final
 
@@ -316,6 +342,23 @@ def nearby_for(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], ca
     if found is None:
         found = cache[key] = Nearby(plan, user, facts, cache)
     return found
+
+
+def _preferred(plan: Plan, values: Mapping[str, Any], facts: Mapping[str, Any], groups) -> dict[str, Any] | None:
+    """The decisions of these groups when every decision's most preferred eligible value already
+    satisfies their rules, else None (then the caller solves). The greedy search would pick exactly
+    these: at each step the first candidate closes its rules and the preferred completion is its
+    own look-ahead witness. Each value is kept as it is read (in decision order, so a decision
+    whose eligibility others read comes first): an undecided value is otherwise recomputed on
+    every read."""
+    decided: dict[str, Any] = {}
+    env = Env(plan, values, facts, decided, plan.shared(values, facts))
+    for names, _ in groups:
+        for var in names:
+            decided[var] = env.flag(var)
+    if all(holds(rule, env) for _, rules in groups for rule in rules):
+        return decided
+    return None
 
 
 def _key(user: Mapping[str, Any]) -> tuple:
