@@ -109,9 +109,10 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
     """
     seen, groups = set(), {}
     for order, fix in enumerate(_proposals(plan, user, facts, flags, rules)):
-        if fix.size() == 0 or fix.key() in seen:
+        key = fix.key()
+        if fix.size() == 0 or key in seen:
             continue
-        seen.add(fix.key())
+        seen.add(key)
         touched = sum(1 for name in fix.flags() if name in user)
         groups.setdefault((fix.size(), 0 if fix.rule else 1), []).append((touched, order, fix))
     nearby = nearby_for(plan, dict(user), facts, cache)  # `Fix.apply` gives plain dicts
