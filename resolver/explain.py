@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping
 
 from resolver.expr import Expr, UnknownFact, dotted_name
 from resolver.fixes import Fix, find_fixes
-from resolver.nearby import nearby_for
+from resolver.nearby import nearby_for, seed_from_all
 from resolver.report import describe_value
 from resolver.rules import Derived, Rule
 from resolver.solve import Env, Plan
@@ -63,9 +63,9 @@ def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]
     # What solving each command gave, shared by every step; each command below is the launch with
     # some values dropped, so it starts from what the launch's own solve found (resolver/nearby.py).
     cache: dict = {}
-    launch = nearby_for(plan, user, facts, cache)
+    before = nearby_for(plan, user, facts, cache)
     remaining = dict(user)
-    while nearby_for(plan, remaining, facts, cache).decisions() is None:  # not satisfiable
+    while before.decisions() is None:  # not satisfiable
         broken = minimal_rules(plan, remaining, facts, cache=cache)
         flags = minimal_flags(plan, remaining, facts, broken)
         rules = minimal_rules(plan, {k: remaining[k] for k in flags}, facts, broken, cache)
@@ -74,14 +74,15 @@ def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]
             break  # the facts alone are contradictory: nothing the user can drop separates more
         for name in flags:
             remaining.pop(name)
-        launch.seed(remaining, set(user) - set(remaining))
+        seed_from_all(cache, remaining)
+        before = nearby_for(plan, remaining, facts, cache)
     found.sort(key=lambda item: [plan.order[name] for name in item[0]])
     conflicts = []
     for flags, rules in found:
         # Judge each conflict's fixes without the others, so independent conflicts each get theirs.
         others = {name for other, _ in found if other is not flags for name in other}
         isolated = {k: v for k, v in user.items() if k not in others}
-        launch.seed(isolated, others)
+        seed_from_all(cache, isolated)
         read_facts = sorted(set().union(*(r.reads_facts for r in rules)) & set(facts))
         fixes = find_fixes(plan, isolated, facts, flags, rules, cache)
         conflicts.append(Conflict(tuple(flags), tuple(r.id for r in rules), tuple(read_facts), tuple(fixes)))

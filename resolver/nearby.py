@@ -188,10 +188,14 @@ class Nearby:
             return False
         return not self.plan.satisfiable(self.user, self.facts, rules)
 
-    def seed(self, values: Mapping[str, Any], changed: set[str]) -> None:
+    def seed(self, values: Mapping[str, Any]) -> None:
         """Copy into the solver's memo for `values` (`Plan.shared`) the decision-free verdicts and
-        derived values of the base command that a change of the flags `changed` cannot reach, so no
-        solve of `values` computes them again."""
+        derived values of the base command that the flags in which they differ cannot reach, so
+        no solve of `values` computes them again."""
+        if getattr(values, "relaxed", None) or getattr(self.user, "relaxed", None):
+            return  # `is_set` reads relaxed flags differently: not worth the care
+        missing = object()
+        changed = {k for k in {*values, *self.user} if values.get(k, missing) != self.user.get(k, missing)}
         flags, touched = self._reached(changed)
         shared = self.plan.shared(values, self.facts)
         self._seed_derived(shared, flags)
@@ -305,7 +309,8 @@ class Nearby:
             if rule.is_hard and id(rule) not in constrained:
                 continue  # decision-free: already held before the decisions were made
             if touched is not None and id(rule) not in touched:
-                reading = final[id(rule)]
+                # (a hard rule is absent when the base decisions were checked against all of them)
+                reading = final.get(id(rule), True) if rule.is_hard else final[id(rule)]
             else:
                 reading = _reading(rule, env)
             if rule.is_hard and reading is False:
@@ -350,6 +355,13 @@ def nearby_for(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], ca
     if found is None:
         found = cache[key] = Nearby(plan, user, facts, cache)
     return found
+
+
+def seed_from_all(cache: dict, values: Mapping[str, Any]) -> None:
+    """Seed `values` from every command the explanation has solved (each copies what the flags in
+    which it differs cannot reach; together they leave little to compute)."""
+    for nearby in list(cache.values()):
+        nearby.seed(values)
 
 
 def _preferred(plan: Plan, values: Mapping[str, Any], facts: Mapping[str, Any], groups) -> dict[str, Any] | None:
