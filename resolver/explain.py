@@ -3,6 +3,8 @@
 A conflict is *minimal*: the user values and hard rules it names are together unsatisfiable, and
 dropping any one of them makes the rest satisfiable. We find it with QuickXplain (divide and
 conquer over the candidates), and every check is cheap because facts and user values are constants.
+The checks all ask about commands near the user's (a subset of the rules, a few values dropped), so
+they go through resolver/nearby.py, which answers each from what the nearby commands' solves found.
 
 Each conflict carries its verified fixes, found and ranked by resolver/fixes.py.
 """
