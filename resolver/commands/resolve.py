@@ -16,7 +16,7 @@ from resolver.commands.options import add_fact_options
 from resolver.errors import EXIT_CONFLICT
 from resolver.facts import load_facts
 from resolver.flagparse import ParsedFlags, parse_flags
-from resolver.frozen import ResolvedConfig
+from resolver.frozen import ResolvedConfig, thaw
 from resolver.model_facts import model_path_warning
 
 
@@ -88,7 +88,7 @@ def main(argv: list[str]) -> int:
 
 def relaxed_changes(config: ResolvedConfig) -> list[dict]:
     """What `--relax` changed, flag by flag: `{"flag", "from", "to", "rule"}` (null: unset)."""
-    return [{"flag": name, "from": prov.get("was"), "to": config.values[name], "rule": prov.get("rule")}
+    return [{"flag": name, "from": thaw(prov.get("was")), "to": thaw(config.values[name]), "rule": prov.get("rule")}
             for name, prov in config.provenance.items() if prov.get("source") == "relax"]
 
 
