@@ -171,6 +171,13 @@ def dry_run(system: str, user: Mapping[str, Any], facts: Mapping[str, Any],
     plan = plan_for(system)
     names = selected_flags(plan, only, facts)
     config = resolve(system, user, facts)
+    return config, judge(plan, names, user, facts, config)
+
+
+def judge(plan: Plan, names: list[str], user: Mapping[str, Any], facts: Mapping[str, Any],
+          config: ResolvedConfig) -> list[Choice]:
+    """Each named flag's verdicts against a configuration `user` and `facts` already resolved to
+    (the configurator resolves a launch once and answers both the command and its choices from it)."""
     pinning = Pinning(plan, user, facts, config)
     choices = []
     for name in names:
@@ -185,7 +192,7 @@ def dry_run(system: str, user: Mapping[str, Any], facts: Mapping[str, Any],
         prov = config.provenance[name]
         choices.append(Choice(name, config.values[name], prov.get("rule") or prov["source"],
                               tuple(legal), tuple(excluded), tuple(derived)))
-    return config, choices
+    return choices
 
 
 def _deciding_values(plan: Plan, config: ResolvedConfig, pinned: Mapping[str, Any], facts: Mapping[str, Any],
