@@ -10,7 +10,7 @@ folders (`models--ORG--NAME/snapshots/<rev>/model_index.json`) for its six diffu
 reads its `model.*` facts from a local folder only, so `materialize` writes the same layout (the
 index alone; Accord reads no weights) and `localize` points `--model-path` at it.
 
-usage:  python -m tests.differential.diffusion_gen N SEED CASES.json
+usage:  python -m tests.differential.diffusion_gen N SEED CASES.json [--wide PREFIX]
 """
 
 from __future__ import annotations
@@ -138,7 +138,42 @@ FLAG_MENU = [
 ]
 
 
-def draw_case(rng: random.Random, index: int) -> dict:
+# The wide menu adds the rest of the flags the oracle reports on (ports, batching, warmup steps, BCG
+# buckets, layerwise components, HSDP replication, aliases, rarer backends and quantizations,
+# parallel sizes that are not powers of two), so a batch drawn from it probes rules the first
+# menu never reaches. Kept separate so the first fixture's seed still reproduces its cases.
+WIDE_EXTRA = [
+    (2, lambda r, g: ["--sp-degree", str(r.choice([n for n in (2, 3, 6) if n <= g] or [1]))]),
+    (2, lambda r, g: ["--ulysses-degree", "2", "--ring-degree", "2"]),
+    (1, lambda r, g: ["--tp-size", str(r.choice([n for n in (2, 3, 8) if n <= g] or [1]))]),
+    (1, lambda r, g: ["--cfg-parallel-size", r.choice(["0", "3", "4"])]),
+    (2, lambda r, g: ["--warmup-steps", str(r.choice([0, 1, 2, 4]))]),
+    (1, lambda r, g: ["--bcg-text-buckets", r.choice(["64", "128", "256", "0"])]),
+    (2, lambda r, g: ["--enable-breakable-cuda-graph", "--warmup-resolutions",
+                      r.choice(["1024x1024", "1328x1328", "832x480"])]),
+    (1, _bool_flag("--disable-autocast")),
+    (2, lambda r, g: ["--dit-offload-prefetch-size", r.choice(["0", "0.5", "2", "2.5", "-1"])]),
+    (2, lambda r, g: [r.choice(["--layerwise-offload-components", "--layerwise-offload-modules"]),
+                      r.choice(["dit", "text_encoder", "vae", "all", "transformer"])]),
+    (1, _bool_flag("--image-encoder-cpu-offload")),
+    (1, lambda r, g: ["--hsdp-replicate-dim", str(_pow2_upto(r, g))]),
+    (1, lambda r, g: ["--strict-ports"]),
+    (1, lambda r, g: ["--port", r.choice(["30000", "8080", "5555"])]),
+    (1, lambda r, g: ["--scheduler-port", r.choice(["5555", "6000", "30000"])]),
+    (1, lambda r, g: ["--master-port", r.choice(["30005", "29500", "30000"])]),
+    (1, lambda r, g: ["--host", r.choice(["0.0.0.0", "localhost"])]),
+    (1, lambda r, g: ["--batching-max-size", r.choice(["0", "1", "4"])]),
+    (1, lambda r, g: ["--server-warmup"]),
+    (1, lambda r, g: [r.choice(["--dp", "--data-parallel-size"]), r.choice(["1", "2"])]),
+    (1, lambda r, g: ["--mode", r.choice(["speed", "memory", "manual"])]),
+    (1, lambda r, g: ["--quantization", r.choice(["mxfp8", "modelslim", "nvfp4", "fp8"])]),
+    (2, lambda r, g: ["--attention-backend", r.choice(["xformers", "aiter", "sage_attn_3", "sla_attn",
+                                                       "video_sparse_attn", "FA", "sdpa", "flash_attn"])]),
+]
+WIDE_MENU = FLAG_MENU + WIDE_EXTRA
+
+
+def draw_case(rng: random.Random, index: int, menu: list = FLAG_MENU, prefix: str = "d") -> dict:
     """One random launch: a model, a preset, --num-gpus (usually) and 1-5 further flags."""
     hub_id = rng.choice(sorted(MODELS))
     preset = rng.choices(PRESETS, weights=PRESET_WEIGHTS)[0]
@@ -146,30 +181,39 @@ def draw_case(rng: random.Random, index: int) -> dict:
     gpus = facts["gpu_count"]
     argv = ["--model-path", hub_id]
     if gpus > 1 and rng.random() < 0.8:
-        argv += ["--num-gpus", str(_pow2_upto(rng, gpus, start=2))]
-    weights = [w for w, _ in FLAG_MENU]
+        if menu is FLAG_MENU or rng.random() < 0.85:
+            argv += ["--num-gpus", str(_pow2_upto(rng, gpus, start=2))]
+        else:
+            argv += ["--num-gpus", str(rng.choice([n for n in (3, 6) if n <= gpus] or [gpus]))]
+    weights = [w for w, _ in menu]
     chosen: list[int] = []
     for _ in range(rng.randint(1, 5)):
-        pick = rng.choices(range(len(FLAG_MENU)), weights=weights)[0]
+        pick = rng.choices(range(len(menu)), weights=weights)[0]
         if pick not in chosen:
             chosen.append(pick)
     for pick in chosen:
-        argv += FLAG_MENU[pick][1](rng, gpus)
-    return {"id": f"d{index:04d}-{preset}", "argv": argv, "facts": facts, "preset": preset}
+        argv += menu[pick][1](rng, gpus)
+    return {"id": f"{prefix}{index:04d}-{preset}", "argv": argv, "facts": facts, "preset": preset}
 
 
-def generate(count: int, seed: int) -> list[dict]:
-    """`count` cases from `seed`; the same arguments always give the same list."""
+def generate(count: int, seed: int, wide_prefix: str | None = None) -> list[dict]:
+    """`count` cases from `seed`; the same arguments always give the same list. With `wide_prefix`,
+    the cases draw from WIDE_MENU and their ids start with that prefix instead of "d"."""
     rng = random.Random(seed)
-    return [draw_case(rng, i) for i in range(count)]
+    if wide_prefix is None:
+        return [draw_case(rng, i) for i in range(count)]
+    return [draw_case(rng, i, WIDE_MENU, wide_prefix) for i in range(count)]
 
 
 def main(argv: list[str]) -> int:
+    wide = None
+    if len(argv) == 5 and argv[3] == "--wide":
+        wide, argv = argv[4], argv[:3]
     if len(argv) != 3:
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
     count, seed, out = int(argv[0]), int(argv[1]), argv[2]
-    cases = generate(count, seed)
+    cases = generate(count, seed, wide)
     with open(out + ".tmp", "w") as fh:
         json.dump(cases, fh, indent=1, sort_keys=True)
     os.replace(out + ".tmp", out)

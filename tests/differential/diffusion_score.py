@@ -8,7 +8,8 @@ every field on which the two differ.
 Compared: whether the launch is accepted, and when both accept, each field of FIELDS. Two upstream
 conventions are read as what they mean rather than compared literally: an unset attention backend
 (upstream picks one for the platform when the pipeline loads; Accord names that pick), and unset BCG
-text buckets (upstream falls back to its default buckets). The component-residency fields
+text buckets (upstream falls back to its default buckets), and an unset CFG-parallel switch (left
+so by `--cfg-parallel-size 0`; upstream tests its truth everywhere, so it is off). The component-residency fields
 (RESIDENCY_FIELDS) are compared only when the command sets them: unset, 0.5.23 decides them with
 its automatic memory policy (`server_args/auto_tune.py`), which seed 004 does not define.
 
@@ -101,6 +102,8 @@ def compare(oracle: dict, accord: dict) -> list[str]:
             continue
         if name == "bcg_text_buckets" and theirs is None:
             theirs = DEFAULT_BCG_TEXT_BUCKETS
+        if name == "enable_cfg_parallel" and theirs is None:
+            theirs = False   # left unset by --cfg-parallel-size 0; every upstream reader tests its truth
         if mine != theirs:
             differ.append(name)
     return differ
