@@ -7,6 +7,7 @@ so they all agree on what is legal. Plans are compiled once per system and proce
 from __future__ import annotations
 
 import functools
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Mapping
 
 from resolver.catalog import load_catalog
@@ -111,17 +112,34 @@ def _apply_combined_fix(plan: Plan, user: dict[str, Any], facts: Mapping[str, An
     return combine([fix for fix, _ in parts]).apply(user, as_upstream=as_upstream)
 
 
-def _reported(flag, user: Mapping[str, Any]) -> bool:
-    """Whether a flag belongs in the resolved values.
+@functools.lru_cache(maxsize=None)
+def _reported(system: str) -> tuple[tuple[str, bool], ...]:
+    """The flags that may belong in the resolved values, in order, each with whether it does only
+    when the user typed it.
 
     A retired flag (ignored or removed upstream) never does anything, and a deprecated one the user
     did not type only mirrors its replacement, so neither is reported: the values then feed back
     through `--config` without reviving old spellings, and give the same values and hash.
     """
-    deprecated = flag.deprecated or {}
-    if deprecated.get("ignored") or deprecated.get("removed"):
-        return False
-    return not deprecated or flag.name in user
+    plan = plan_for(system)
+    out = []
+    for name in plan.names:
+        deprecated = plan.catalog[name].deprecated or {}
+        if not (deprecated.get("ignored") or deprecated.get("removed")):
+            out.append((name, bool(deprecated)))
+    return tuple(out)
+
+
+# Provenance entries shared by every config (read-only, so `ResolvedConfig` keeps them as they are).
+_DEFAULT = MappingProxyType({"source": "default"})
+_BY_RULE: dict[str, MappingProxyType] = {}
+
+
+def _by_rule(rule_id: str) -> MappingProxyType:
+    found = _BY_RULE.get(rule_id)
+    if found is None:
+        found = _BY_RULE[rule_id] = MappingProxyType({"source": "rule", "rule": rule_id})
+    return found
 
 
 def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any],
@@ -147,21 +165,22 @@ def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any
     else:
         raise ConflictError(plan, user, facts, find_conflicts(plan, user, facts))
 
-    provenance: dict[str, dict] = {}
-    shown = [name for name in plan.names if _reported(plan.catalog[name], user)]
+    provenance: dict[str, Mapping[str, Any]] = {}
+    shown = [name for name, only_typed in _reported(system) if not only_typed or name in user]
+    origin = outcome.origin
     for name in shown:
         if name in relaxed:
             provenance[name] = relaxed[name]
         elif name in user:
             provenance[name] = {"source": "user", "via": sources.get(name, "cli")}
-        elif outcome.origin.get(name):
-            provenance[name] = {"source": "rule", "rule": outcome.origin[name]}
+        elif origin[name]:
+            provenance[name] = _by_rule(origin[name])
         else:
-            provenance[name] = {"source": "default"}
+            provenance[name] = _DEFAULT
     final = Env(plan, user, facts, outcome.values)
     for rule, missing in outcome.unknown:
         notes.append(f"[{rule.id}] not checked: fact {missing} is unknown")
-    for rule in plan.warn_rules:
+    for rule in plan.warnings_to_check(user):
         try:
             if rule.when is None or rule.when(final):
                 notes.append(f"[{rule.id}] {rule.message}")

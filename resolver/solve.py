@@ -63,7 +63,7 @@ class Shared:
 class Env:
     """The values one (partial) assignment gives every flag; derived flags are computed on demand."""
 
-    __slots__ = ("plan", "user", "facts", "decided", "_derived", "_busy", "_shared")
+    __slots__ = ("plan", "user", "facts", "decided", "_derived", "_busy", "_shared", "_plain")
 
     def __init__(self, plan: "Plan", user: Mapping[str, Any], facts: Mapping[str, Any],
                  decided: Mapping[str, Any], shared: Shared | None = None):
@@ -74,6 +74,7 @@ class Env:
         self._derived: dict[str, tuple[Any, str | None]] = {}
         self._busy: set[str] = set()
         self._shared = shared
+        self._plain = plan.plain
 
     def fact(self, key: str) -> Any:
         try:
@@ -96,6 +97,8 @@ class Env:
             return self.user[name]
         if name in self.decided:
             return self.decided[name]
+        if name in self._plain:  # most reads: a flag no rule computes keeps its catalog default
+            return self._plain[name]
         # A derived value computed already (the common case: answered without another call).
         found = self._derived.get(name)
         if found is None and self._shared is not None:
@@ -143,6 +146,60 @@ class Env:
                 return result
         self._derived[name] = result
         return result
+
+
+class _Varies(Exception):
+    """An expression read something only a launch gives: a fact, a typed or a computed value."""
+
+
+class _Constants:
+    """What an expression can read knowing only which flags are set: the catalog default of a flag
+    that no rule computes and the user did not set, and `is_set` of any flag. Anything else raises
+    `_Varies`.
+
+    An expression that evaluates without raising gives the same answer in every launch with these
+    flags set (evaluation is deterministic and reads nothing else), so a hard rule that holds here
+    holds in all of them, and a warning that does not apply here applies in none.
+    """
+
+    __slots__ = ("plain", "set_flags", "relaxed", "catalog")
+
+    def __init__(self, plan: "Plan", user: Mapping[str, Any]):
+        self.plain = plan.plain
+        self.catalog = plan.catalog
+        self.set_flags, self.relaxed = _set_flags_key(user)
+
+    def flag(self, name: str) -> Any:
+        if name in self.set_flags or name not in self.plain:
+            raise _Varies(name)
+        return self.plain[name]
+
+    def fact(self, key: str) -> Any:
+        raise _Varies(key)
+
+    def is_set(self, name: str) -> bool:
+        return name in self.set_flags and name not in self.relaxed
+
+    def user_value(self, name: str) -> Any:
+        if name in self.set_flags:
+            raise _Varies(name)
+        return None
+
+    def default(self, name: str) -> Any:
+        return self.catalog[name].default
+
+
+def _constant(fn, rule: Rule, probe: _Constants) -> Any:
+    """`fn(rule, probe)`, or None when the answer varies between launches (or the evaluation fails:
+    a real launch then evaluates it and meets the same failure)."""
+    try:
+        return fn(rule, probe)
+    except Exception:  # noqa: BLE001 (_Varies, or an error the real evaluation reports)
+        return None
+
+
+def _applies(rule: Rule, env) -> bool:
+    return rule.when is None or bool(rule.when._fn(env))
 
 
 @dataclasses.dataclass
@@ -194,6 +251,10 @@ class Plan:
         # Settings only: a meta option (the seed's own --config) is part of the command line, not
         # of the configuration.
         self.names = [name for name, flag in catalog.flags.items() if not flag.meta]
+        # Flags that no prefer or default rule computes: unless the user set them, their value is
+        # the catalog default (most of the ~480 flags a solve reads or reports).
+        self.plain = {name: flag.default for name, flag in catalog.flags.items()
+                      if name not in self.prefer_rules and name not in self.default_rules}
         self.order = {name: i for i, name in enumerate(catalog.flags)}
         self._reads: dict[str, frozenset[str]] = {}
         # What `depends` found, per set of user-set flag names: it reads only which flags are set,
@@ -203,6 +264,7 @@ class Plan:
         self._structures: dict[tuple, tuple] = {}
         self._pinning: dict[frozenset[str], dict] = {}
         self._shared: dict[tuple[str, str], Shared] = {}
+        self._warnings: dict[tuple, list[Rule]] = {}
 
     # -- decisions ---------------------------------------------------------------------------
 
@@ -303,9 +365,12 @@ class Plan:
         env = Env(self, user, facts, decided, shared)
         values: dict[str, Any] = {}
         origin: dict[str, str | None] = {}
+        plain = self.plain
         for name in self.names:
             if name in user:
                 values[name], origin[name] = user[name], None
+            elif name in plain:
+                values[name], origin[name] = plain[name], None
             elif name in decided:
                 values[name] = decided[name]
                 origin[name] = next((rid for v, rid in self.candidates(name, env) if v == decided[name]), None)
@@ -314,8 +379,14 @@ class Plan:
             else:
                 values[name], origin[name] = env.derived(name)
         # Rules that read no decision were checked once, up front; re-check the others on the result.
+        # After a successful search each of them already held when its last decision was taken, on
+        # the same values, so only those that may read an unknown fact (reported, not enforced)
+        # need evaluating again.
         final = Env(self, user, facts, values)
         violated = []
+        if ok:
+            known = facts.keys()
+            constrained = [rule for rule in constrained if not rule.reads_facts <= known]
         for rule in constrained:
             try:
                 if not check(rule, final):
@@ -340,6 +411,19 @@ class Plan:
             shared = self._shared[key] = Shared(self._memo(user)[0])
         return shared
 
+    def warnings_to_check(self, user: Mapping[str, Any]) -> list[Rule]:
+        """The warn rules that may apply to a launch with these flags set, in rule order (the others
+        read only catalog defaults and `is_set`, and do not apply)."""
+        key = _set_flags_key(user)
+        found = self._warnings.get(key)
+        if found is None:
+            if len(self._warnings) >= 512:
+                self._warnings.clear()
+            probe = _Constants(self, user)
+            found = self._warnings[key] = [rule for rule in self.warn_rules
+                                           if _constant(_applies, rule, probe) is not False]
+        return found
+
     def forget_values(self) -> None:
         """Drop the per-launch values kept by `shared` (benchmarks: measure the work, not the memory)."""
         self._shared.clear()
@@ -361,7 +445,10 @@ class Plan:
             if deps is None:
                 deps = by_rule[id(rule)] = self.depends(rule.constrained_flags, user, memo)
             rule_vars.append((rule, deps))
-        fixed = [rule for rule, deps in rule_vars if not deps]
+        # A rule that reads no decision is checked once per launch, unless it holds whatever the
+        # launch's values and facts are (it reads only flags at their catalog default, say).
+        probe = _Constants(self, user)
+        fixed = [rule for rule, deps in rule_vars if not deps and _constant(check, rule, probe) is not True]
         constrained = [(rule, deps) for rule, deps in rule_vars if deps]
         variables = sorted(set().union(*(d for _, d in constrained)), key=self.order.__getitem__)
         # Eligibility of a decision (its prefer `when`s) may read other decisions: include those.
@@ -420,12 +507,19 @@ class Plan:
         memo = shared.depends
         decided: dict[str, Any] = {}
         for steps in groups:
+            witness: dict[str, Any] | None = None
             for var, rest, ahead, closing in steps:
                 for value, _rid in self.candidates(var, Env(self, user, facts, decided, shared)):
                     decided[var] = value
+                    if witness is not None and _same(witness[var], value):
+                        # The completion the last step verified starts with this value: every rule
+                        # still open (those it closes and those ahead) held on it already.
+                        break
                     env = Env(self, user, facts, decided, shared)
-                    if all(holds(rule, env) for rule in closing) and \
-                            self._feasible(rest, ahead, user, facts, decided, memo, shared):
+                    if not all(holds(rule, env) for rule in closing):
+                        continue
+                    feasible, witness = self._feasible(rest, ahead, user, facts, decided, memo, shared)
+                    if feasible:
                         break
                 else:
                     decided.pop(var, None)
@@ -444,17 +538,21 @@ class Plan:
         return order
 
     def _feasible(self, undecided: list[str], rules: list[tuple[Rule, frozenset]], user, facts,
-                  decided, memo, shared: Shared | None = None) -> bool:
-        """Can the undecided decisions still be chosen so that every rule (all still open) holds?"""
+                  decided, memo, shared: Shared | None = None) -> tuple[bool, dict[str, Any] | None]:
+        """Can the undecided decisions still be chosen so that every rule (all still open) holds?
+
+        Also returns the witness when it is the most preferred completion (None otherwise): the next
+        decision takes its first value from it, and is then known to be feasible without a check.
+        """
         if not rules:
-            return True  # every decision has at least one eligible candidate
+            return True, None  # every decision has at least one eligible candidate
         # Fast path: the most preferred completion is usually legal, and is then its own witness.
         trial = dict(decided)
         for var in undecided:
             trial[var] = self.candidates(var, Env(self, user, facts, trial, shared))[0][0]
         witness = Env(self, user, facts, trial, shared)
         if all(holds(rule, witness) for rule, _ in rules):
-            return True
+            return True, trial
         from constraint import Problem  # only a search needs it; most solves never get here
 
         pending = set(undecided)
@@ -480,7 +578,12 @@ class Plan:
                 env = Env(self, user, facts, {**fixed, **dict(zip(_names, vals))}, shared)
                 return any(vals[0] == value for value, _ in self.candidates(_var, env))
             problem.addConstraint(eligible, names)
-        return problem.getSolution() is not None
+        return problem.getSolution() is not None, None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """The same value for the solver (True and 1 are equal in Python, not here)."""
+    return type(a) is type(b) and a == b
 
 
 def _components(variables: list[str], constrained: list[tuple[Rule, frozenset]],
