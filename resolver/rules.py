@@ -8,8 +8,6 @@ and id, never in the middle of a resolve.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from pathlib import Path
 from typing import Any
 
@@ -31,31 +29,65 @@ _KIND_KEYS = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
+# The classes below are plain classes with slots rather than dataclasses: a cold `accord resolve`
+# builds hundreds of each from the plan cache, and a dataclass costs a compile at import and a slow
+# frozen __init__. Treat instances as read-only.
+
 class Candidate:
     """One value a `prefer` rule offers, with the condition under which it is offered."""
 
-    value: Any
-    when: Expr | None = None
+    __slots__ = ("value", "when")
+
+    def __init__(self, value: Any, when: Expr | None = None):
+        self.value = value
+        self.when = when
+
+    def __repr__(self) -> str:
+        return f"Candidate({self.value!r}, when={self.when!r})"
 
 
-@dataclasses.dataclass(frozen=True)
 class Rule:
-    id: str
-    kind: str
-    area: str
-    reason: str
-    ref: str = ""
-    when: Expr | None = None
-    require: Expr | None = None
-    flag: str | None = None
-    value: Expr | None = None
-    values: tuple[Candidate, ...] = ()
-    message: str = ""
-    fix: tuple[tuple[str, Expr], ...] = ()
-    fix_fill_in: tuple[tuple[str, str], ...] = ()   # fix flags whose value is a placeholder, and what to fill in
-    seed: tuple[str, ...] = ()
-    file: str = ""
+    """One rule of a rule file (see rules/README.md for the kinds and their fields).
+
+    `reads_flags`, `reads_facts` and `constrained_flags` are what its expressions read, computed once
+    when the rule is built: the solver asks them of every rule on the first solve.
+    """
+
+    FIELDS = ("id", "kind", "area", "reason", "ref", "when", "require", "flag", "value", "values",
+              "message", "fix", "fix_fill_in", "seed", "file")
+    __slots__ = FIELDS + ("reads_flags", "reads_facts", "constrained_flags")
+
+    def __init__(self, id: str, kind: str, area: str, reason: str, ref: str = "",
+                 when: Expr | None = None, require: Expr | None = None, flag: str | None = None,
+                 value: Expr | None = None, values: tuple[Candidate, ...] = (), message: str = "",
+                 fix: tuple[tuple[str, Expr], ...] = (),
+                 fix_fill_in: tuple[tuple[str, str], ...] = (),  # fix flags whose value is a placeholder, and what to fill in
+                 seed: tuple[str, ...] = (), file: str = ""):
+        self.id = id
+        self.kind = kind
+        self.area = area
+        self.reason = reason
+        self.ref = ref
+        self.when = when
+        self.require = require
+        self.flag = flag
+        self.value = value
+        self.values = values
+        self.message = message
+        self.fix = fix
+        self.fix_fill_in = fix_fill_in
+        self.seed = seed
+        self.file = file
+        exprs = self.expressions()
+        # Flags this rule reads (not counting the flag it sets), and facts.
+        self.reads_flags: frozenset[str] = frozenset().union(*(e.flags for e in exprs))
+        self.reads_facts: frozenset[str] = frozenset().union(*(e.facts for e in exprs))
+        # Flags a hard rule constrains: the ones in its condition and requirement.
+        self.constrained_flags: frozenset[str] = frozenset().union(
+            *(e.flags for e in (when, require) if e is not None))
+
+    def __repr__(self) -> str:
+        return f"Rule({self.id!r}, kind={self.kind!r})"
 
     @property
     def is_hard(self) -> bool:
@@ -67,27 +99,11 @@ class Rule:
         exprs += [e for _, e in self.fix]
         return exprs
 
-    @functools.cached_property
-    def reads_flags(self) -> frozenset[str]:
-        """Flags this rule reads (not counting the flag it sets)."""
-        return frozenset().union(*(e.flags for e in self.expressions()))
-
-    @functools.cached_property
-    def reads_facts(self) -> frozenset[str]:
-        return frozenset().union(*(e.facts for e in self.expressions()))
-
-    @functools.cached_property
-    def constrained_flags(self) -> frozenset[str]:
-        """Flags a hard rule constrains: the ones in its condition and requirement."""
-        exprs = [e for e in (self.when, self.require) if e is not None]
-        return frozenset().union(*(e.flags for e in exprs))
-
 
 DERIVED_TYPES = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,),
                  "list": (list, tuple)}
 
 
-@dataclasses.dataclass(frozen=True)
 class Derived:
     """A hidden, prompt-less variable (Kconfig style): the first `value` whose `when` holds.
 
@@ -95,12 +111,19 @@ class Derived:
     facts the derived value reads, so solving is unchanged by naming a sub-expression.
     """
 
-    id: str
-    type: str
-    cases: tuple[tuple[Expr, Expr | None], ...]   # (value, when); when None = otherwise
-    reason: str
-    notes: str = ""
-    expr: Expr | None = None   # the whole derived value as one expression
+    __slots__ = ("id", "type", "cases", "reason", "notes", "expr")
+
+    def __init__(self, id: str, type: str, cases: tuple[tuple[Expr, Expr | None], ...], reason: str,
+                 notes: str = "", expr: Expr | None = None):
+        self.id = id
+        self.type = type
+        self.cases = cases      # (value, when); when None = otherwise
+        self.reason = reason
+        self.notes = notes
+        self.expr = expr        # the whole derived value as one expression
+
+    def __repr__(self) -> str:
+        return f"Derived({self.id!r})"
 
     def deciding_case(self, env) -> int | None:
         """Index of the case that gives the value in `env` (None: no case held)."""
@@ -110,21 +133,31 @@ class Derived:
         return None
 
 
-@dataclasses.dataclass(frozen=True)
 class NamedSet:
     """A named constant set of values (say, the NVIDIA attention backends)."""
 
-    id: str
-    values: tuple
-    reason: str
+    __slots__ = ("id", "values", "reason")
+
+    def __init__(self, id: str, values: tuple, reason: str):
+        self.id = id
+        self.values = values
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"NamedSet({self.id!r})"
 
 
-@dataclasses.dataclass(frozen=True)
 class RuleSet:
-    system: str
-    rules: tuple[Rule, ...]
-    derived: tuple[Derived, ...] = ()
-    sets: tuple[NamedSet, ...] = ()
+    """A system's rules in the order they are consulted, with its derived values and named sets."""
+
+    __slots__ = ("system", "rules", "derived", "sets")
+
+    def __init__(self, system: str, rules: tuple[Rule, ...], derived: tuple[Derived, ...] = (),
+                 sets: tuple[NamedSet, ...] = ()):
+        self.system = system
+        self.rules = rules
+        self.derived = derived
+        self.sets = sets
 
     def __iter__(self):
         return iter(self.rules)

@@ -16,7 +16,6 @@ the rest satisfiable, which makes the answer deterministic and the preference or
 
 from __future__ import annotations
 
-import dataclasses
 import graphlib
 from typing import Any, Iterable, Mapping
 
@@ -202,15 +201,18 @@ def _applies(rule: Rule, env) -> bool:
     return rule.when is None or bool(rule.when._fn(env))
 
 
-@dataclasses.dataclass
 class Outcome:
     """What a solve produced: every value with its origin, or the hard rules that failed."""
 
-    values: dict[str, Any]
-    origin: dict[str, str | None]           # flag -> rule id that set it (None: user or catalog)
-    violated: list[Rule]
-    unknown: list[tuple[Rule, str]]         # rules that could not be checked, and the missing fact
-    satisfiable: bool
+    __slots__ = ("values", "origin", "violated", "unknown", "satisfiable")
+
+    def __init__(self, values: dict[str, Any], origin: dict[str, str | None], violated: list[Rule],
+                 unknown: list[tuple[Rule, str]], satisfiable: bool):
+        self.values = values
+        self.origin = origin          # flag -> rule id that set it (None: user or catalog)
+        self.violated = violated
+        self.unknown = unknown        # rules that could not be checked, and the missing fact
+        self.satisfiable = satisfiable
 
 
 def check(rule: Rule, env: Env) -> bool:
