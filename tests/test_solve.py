@@ -87,3 +87,35 @@ def test_warn_rules_attach_messages(plan):
 def test_unknown_flag_name_is_a_usage_error(plan):
     with pytest.raises(api.UsageError):
         api.resolve("llm", {"tp": 2}, H100)
+
+
+def test_a_rule_that_holds_on_catalog_defaults_is_still_enforced_once_its_flags_are_set(plan):
+    # With nothing set, the DP-attention and FP4 rules read only catalog defaults and always hold;
+    # the plan skips them for such launches, never for a launch that sets the flags they read.
+    assert api.resolve("llm", {}, H100).values["kv_cache_dtype"] == "auto"
+    with pytest.raises(api.ConflictError) as caught:
+        api.resolve("llm", {"tp_size": 8, "dp_size": 3, "enable_dp_attention": True}, H100)
+    assert caught.value.conflicts[0].rules == ("par.dp_attention.divides",)
+    # Set to its default value first, then to an illegal one: what counts is the value, not the set flag.
+    assert api.resolve("llm", {"kv_cache_dtype": "auto"}, H100).values["kv_cache_dtype"] == "auto"
+    with pytest.raises(api.ConflictError):
+        api.resolve("llm", {"kv_cache_dtype": "fp4_e2m1"}, H100)
+
+
+def test_a_warning_that_cannot_apply_on_catalog_defaults_still_applies_when_its_flag_is_set(plan):
+    assert not any("kv.fp8.warn" in w for w in api.resolve("llm", {}, H100).warnings)
+    assert not any("kv.fp8.warn" in w for w in api.resolve("llm", {"kv_cache_dtype": "auto"}, H100).warnings)
+    assert "[kv.fp8.warn] FP8 KV without scales uses 1.0." in api.resolve(
+        "llm", {"kv_cache_dtype": "fp8_e4m3"}, H100).warnings
+
+
+def test_a_plan_that_met_other_launches_first_decides_as_a_fresh_plan_does(plan, tmp_path):
+    # What a plan keeps per set of set flags (folded rules, structure) never changes an answer:
+    # each launch solved by a plan that saw no other gives the same values, origins and verdicts.
+    launches = [({}, H100), ({"page_size": 7}, B200), ({"attention_backend": "triton"}, B200),
+                ({"tp_size": 8, "kv_cache_dtype": "fp8_e4m3"}, H100), ({}, CPU), ({"tp_size": 2}, B200)]
+    for i, (user, facts) in enumerate(launches):
+        fresh = toy_plan(tmp_path / f"fresh{i}").solve(user, facts)
+        shared = plan.solve(user, facts)
+        assert (shared.values, shared.origin, shared.satisfiable) == (fresh.values, fresh.origin, fresh.satisfiable)
+        assert [(r.id, k) for r, k in shared.unknown] == [(r.id, k) for r, k in fresh.unknown]
