@@ -62,7 +62,8 @@ class Rule:
                  value: Expr | None = None, values: tuple[Candidate, ...] = (), message: str = "",
                  fix: tuple[tuple[str, Expr], ...] = (),
                  fix_fill_in: tuple[tuple[str, str], ...] = (),  # fix flags whose value is a placeholder, and what to fill in
-                 seed: tuple[str, ...] = (), file: str = ""):
+                 seed: tuple[str, ...] = (), file: str = "",
+                 reads: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None):
         self.id = id
         self.kind = kind
         self.area = area
@@ -78,13 +79,13 @@ class Rule:
         self.fix_fill_in = fix_fill_in
         self.seed = seed
         self.file = file
-        exprs = self.expressions()
-        # Flags this rule reads (not counting the flag it sets), and facts.
-        self.reads_flags: frozenset[str] = frozenset().union(*(e.flags for e in exprs))
-        self.reads_facts: frozenset[str] = frozenset().union(*(e.facts for e in exprs))
-        # Flags a hard rule constrains: the ones in its condition and requirement.
-        self.constrained_flags: frozenset[str] = frozenset().union(
-            *(e.flags for e in (when, require) if e is not None))
+        if reads is None:  # `reads` is given by the plan cache, which stored what this computes
+            exprs = self.expressions()
+            reads = (frozenset().union(*(e.flags for e in exprs)), frozenset().union(*(e.facts for e in exprs)),
+                     frozenset().union(*(e.flags for e in (when, require) if e is not None)))
+        # Flags this rule reads (not counting the flag it sets), facts it reads, and the flags a hard
+        # rule constrains (the ones in its condition and requirement).
+        self.reads_flags, self.reads_facts, self.constrained_flags = reads
 
     def __repr__(self) -> str:
         return f"Rule({self.id!r}, kind={self.kind!r})"
@@ -188,8 +189,9 @@ def _expr(text: Any, where: str, names: dict[str, Expr] | None = None) -> Expr:
         raise UsageError(f"{where}: {err}") from None
 
 
-def _combine(name: str, cases: tuple[tuple[Expr, Expr | None], ...]) -> Expr:
-    """One expression for a derived value: the first case whose condition holds, else None."""
+def _combine(name: str, cases: tuple[tuple[Expr, Expr | None], ...], reads: tuple | None = None) -> Expr:
+    """One expression for a derived value: the first case whose condition holds, else None.
+    `reads` (flags, facts, set checks, names) is what the plan cache stored of an earlier combine."""
     pairs = [(value._fn, when._fn if when is not None else None) for value, when in cases]
 
     def evaluate(env):
@@ -197,11 +199,12 @@ def _combine(name: str, cases: tuple[tuple[Expr, Expr | None], ...]) -> Expr:
             if when is None or when(env):
                 return value(env)
         return None
-    parts = [e for value, when in cases for e in (value, when) if e is not None]
-    return Expr(name, frozenset().union(*(e.flags for e in parts)),
-                frozenset().union(*(e.facts for e in parts)), evaluate,
-                frozenset().union(*(e.set_checks for e in parts)),
-                frozenset().union(*(e.names for e in parts)))
+    if reads is None:
+        parts = [e for value, when in cases for e in (value, when) if e is not None]
+        reads = tuple(frozenset().union(*(getattr(e, key) for e in parts))
+                      for key in ("flags", "facts", "set_checks", "names"))
+    flags, facts, set_checks, names = reads
+    return Expr(name, flags, facts, evaluate, set_checks, names)
 
 
 def _derived_from_yaml(entry: dict, names: dict[str, Expr], path: Path) -> Derived:
@@ -365,12 +368,14 @@ def _data(expr: Expr | None) -> tuple | None:
 
 def _ruleset_to_data(ruleset: RuleSet) -> tuple:
     sets = tuple((s.id, s.values, s.reason) for s in ruleset.sets)
-    derived = tuple((d.id, d.type, tuple((_data(v), _data(w)) for v, w in d.cases), d.reason, d.notes)
+    derived = tuple((d.id, d.type, tuple((_data(v), _data(w)) for v, w in d.cases), d.reason, d.notes,
+                     (d.expr.flags, d.expr.facts, d.expr.set_checks, d.expr.names))
                     for d in ruleset.derived)
     rules = tuple(
         (r.id, r.kind, r.area, r.reason, r.ref, _data(r.when), _data(r.require), r.flag, _data(r.value),
          tuple((c.value, _data(c.when)) for c in r.values), r.message,
-         tuple((flag, _data(e)) for flag, e in r.fix), r.fix_fill_in, r.seed, r.file)
+         tuple((flag, _data(e)) for flag, e in r.fix), r.fix_fill_in, r.seed, r.file,
+         (r.reads_flags, r.reads_facts, r.constrained_flags))
         for r in ruleset.rules)
     return sets, derived, rules
 
@@ -387,16 +392,17 @@ def _ruleset_from_data(system: str, data: tuple) -> RuleSet:
         sets.append(NamedSet(sid, values, reason))
         names[sid] = constant(sid, values)
     derived = []
-    for did, dtype, cases_data, reason, notes in derived_data:
+    for did, dtype, cases_data, reason, notes, reads in derived_data:
         cases = tuple((expr(v), expr(w)) for v, w in cases_data)
-        item = Derived(id=did, type=dtype, cases=cases, reason=reason, notes=notes, expr=_combine(did, cases))
+        item = Derived(id=did, type=dtype, cases=cases, reason=reason, notes=notes,
+                       expr=_combine(did, cases, reads))
         derived.append(item)
         names[did] = item.expr
     rules = tuple(
         Rule(id=rid, kind=kind, area=area, reason=reason, ref=ref, when=expr(when), require=expr(require),
              flag=flag, value=expr(value), values=tuple(Candidate(v, expr(w)) for v, w in values),
              message=message, fix=tuple((f, expr(e)) for f, e in fix), fix_fill_in=fill_in, seed=seed,
-             file=file)
-        for rid, kind, area, reason, ref, when, require, flag, value, values, message, fix, fill_in, seed, file
-        in rules_data)
+             file=file, reads=reads)
+        for rid, kind, area, reason, ref, when, require, flag, value, values, message, fix, fill_in, seed, file,
+        reads in rules_data)
     return RuleSet(system=system, rules=rules, derived=tuple(derived), sets=tuple(sets))
