@@ -53,8 +53,9 @@ class Shared:
 
     __slots__ = ("derived", "verdicts", "depends")
 
-    def __init__(self, depends: dict[str, frozenset]):
-        self.derived: dict[str, tuple[Any, str | None]] = {}
+    def __init__(self, depends: dict[str, frozenset], constants: Mapping[str, tuple[Any, str | None]] = {}):
+        # Starts with the derived values that are constant for these set flags (see `_Constants`).
+        self.derived: dict[str, tuple[Any, str | None]] = dict(constants)
         self.verdicts: dict[int, Any] = {}    # id(rule) -> True, False or the missing fact's key
         self.depends = depends                # the plan's `depends` memo for these set flags
 
@@ -153,25 +154,54 @@ class _Varies(Exception):
 
 class _Constants:
     """What an expression can read knowing only which flags are set: the catalog default of a flag
-    that no rule computes and the user did not set, and `is_set` of any flag. Anything else raises
-    `_Varies`.
+    that no rule computes and the user did not set, a default-ruled flag whose rules read only such
+    constants, and `is_set` of any flag. Anything else raises `_Varies`.
 
     An expression that evaluates without raising gives the same answer in every launch with these
     flags set (evaluation is deterministic and reads nothing else), so a hard rule that holds here
-    holds in all of them, and a warning that does not apply here applies in none.
+    holds in all of them, a warning that does not apply here applies in none, and a derived flag
+    found here (`derived`: its value and rule) has that value in all of them.
     """
 
-    __slots__ = ("plain", "set_flags", "relaxed", "catalog")
+    __slots__ = ("plain", "set_flags", "relaxed", "catalog", "default_rules", "derived", "_varies")
 
     def __init__(self, plan: "Plan", user: Mapping[str, Any]):
         self.plain = plan.plain
         self.catalog = plan.catalog
+        self.default_rules = plan.default_rules
         self.set_flags, self.relaxed = _set_flags_key(user)
+        self.derived: dict[str, tuple[Any, str | None]] = {}
+        self._varies: set[str] = set()   # flags found to vary, and flags being derived (cycles)
+        for name in plan.default_rules:
+            try:
+                self.flag(name)
+            except Exception:  # noqa: BLE001 (it varies, or a real launch meets the same failure)
+                continue
 
     def flag(self, name: str) -> Any:
-        if name in self.set_flags or name not in self.plain:
+        if name in self.set_flags:
             raise _Varies(name)
-        return self.plain[name]
+        if name in self.plain:
+            return self.plain[name]
+        found = self.derived.get(name)
+        if found is None:
+            found = self._derive(name)
+        return found[0]
+
+    def _derive(self, name: str) -> tuple[Any, str | None]:
+        """Like `Env.derived`, except that reading anything but a constant makes the flag vary."""
+        rules = self.default_rules.get(name)
+        if rules is None or name in self._varies:  # a decision (or not a flag), or a cycle
+            raise _Varies(name)
+        self._varies.add(name)
+        result: tuple[Any, str | None] = (self.catalog[name].default, None)
+        for rule in rules:
+            if rule.when is None or rule.when._fn(self):
+                result = (rule.value._fn(self), rule.id)
+                break
+        self._varies.discard(name)
+        self.derived[name] = result
+        return result
 
     def fact(self, key: str) -> Any:
         raise _Varies(key)
@@ -267,6 +297,7 @@ class Plan:
         self._pinning: dict[frozenset[str], dict] = {}
         self._shared: dict[tuple[str, str], Shared] = {}
         self._warnings: dict[tuple, list[Rule]] = {}
+        self._constant_memo: dict[tuple, _Constants] = {}
 
     # -- decisions ---------------------------------------------------------------------------
 
@@ -410,7 +441,7 @@ class Plan:
         if shared is None:
             if len(self._shared) >= 32:
                 del self._shared[next(iter(self._shared))]  # the oldest pair
-            shared = self._shared[key] = Shared(self._memo(user)[0])
+            shared = self._shared[key] = Shared(self._memo(user)[0], self._constants(user).derived)
         return shared
 
     def warnings_to_check(self, user: Mapping[str, Any]) -> list[Rule]:
@@ -421,9 +452,19 @@ class Plan:
         if found is None:
             if len(self._warnings) >= 512:
                 self._warnings.clear()
-            probe = _Constants(self, user)
+            probe = self._constants(user)
             found = self._warnings[key] = [rule for rule in self.warn_rules
                                            if _constant(_applies, rule, probe) is not False]
+        return found
+
+    def _constants(self, user: Mapping[str, Any]) -> _Constants:
+        """What is constant in every launch with these flags set (see `_Constants`)."""
+        key = _set_flags_key(user)
+        found = self._constant_memo.get(key)
+        if found is None:
+            if len(self._constant_memo) >= 512:
+                self._constant_memo.clear()
+            found = self._constant_memo[key] = _Constants(self, user)
         return found
 
     def forget_values(self) -> None:
@@ -449,7 +490,7 @@ class Plan:
             rule_vars.append((rule, deps))
         # A rule that reads no decision is checked once per launch, unless it holds whatever the
         # launch's values and facts are (it reads only flags at their catalog default, say).
-        probe = _Constants(self, user)
+        probe = self._constants(user)
         fixed = [rule for rule, deps in rule_vars if not deps and _constant(check, rule, probe) is not True]
         constrained = [(rule, deps) for rule, deps in rule_vars if deps]
         variables = sorted(set().union(*(d for _, d in constrained)), key=self.order.__getitem__)

@@ -119,3 +119,34 @@ def test_a_plan_that_met_other_launches_first_decides_as_a_fresh_plan_does(plan,
         shared = plan.solve(user, facts)
         assert (shared.values, shared.origin, shared.satisfiable) == (fresh.values, fresh.origin, fresh.satisfiable)
         assert [(r.id, k) for r, k in shared.unknown] == [(r.id, k) for r, k in fresh.unknown]
+
+
+def test_a_derived_value_constant_on_catalog_defaults_still_follows_the_flags_once_set(tmp_path):
+    # `cuda_graph_max_bs` reads only flags: with none of them set its value is the same for every
+    # launch (the plan keeps it per set of set flags); setting one must bring the rule back.
+    import copy
+
+    import yaml
+
+    from resolver.catalog import load_catalog
+    from resolver.rules import load_rules
+    from resolver.solve import Plan
+    from tests.toy import CATALOG, RULES
+
+    catalog, rules = copy.deepcopy(CATALOG), copy.deepcopy(RULES)
+    catalog["flags"].append({"name": "cuda_graph_max_bs", "flags": ["--cuda-graph-max-bs"], "type": "int",
+                             "nullable": True, "default": None})
+    rules["rules"].append({"id": "cg.bs.dp", "kind": "default", "flag": "cuda_graph_max_bs",
+                           "reason": "DP attention captures per rank", "when": "enable_dp_attention",
+                           "value": "tp_size * 32"})
+    (tmp_path / "llm").mkdir()
+    (tmp_path / "llm" / "flags.yaml").write_text(yaml.safe_dump(catalog))
+    (tmp_path / "llm" / "toy.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
+    plan = Plan(load_catalog("llm", tmp_path), load_rules("llm", tmp_path))
+    for _ in range(2):
+        plain = plan.solve({}, H100)
+        assert (plain.values["cuda_graph_max_bs"], plain.origin["cuda_graph_max_bs"]) == (None, None)
+        dp = plan.solve({"enable_dp_attention": True, "tp_size": 4, "dp_size": 2}, H100)
+        assert (dp.values["cuda_graph_max_bs"], dp.origin["cuda_graph_max_bs"]) == (128, "cg.bs.dp")
+        off = plan.solve({"enable_dp_attention": False, "tp_size": 2}, H100)
+        assert off.values["cuda_graph_max_bs"] is None
