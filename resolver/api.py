@@ -7,6 +7,7 @@ so they all agree on what is legal. Plans are compiled once per system and proce
 from __future__ import annotations
 
 import functools
+import weakref
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -112,22 +113,26 @@ def _apply_combined_fix(plan: Plan, user: dict[str, Any], facts: Mapping[str, An
     return combine([fix for fix, _ in parts]).apply(user, as_upstream=as_upstream)
 
 
-@functools.lru_cache(maxsize=None)
-def _reported(system: str) -> tuple[tuple[str, bool], ...]:
+_REPORTED: "weakref.WeakKeyDictionary[Plan, tuple[tuple[str, bool], ...]]" = weakref.WeakKeyDictionary()
+
+
+def _reported(plan: Plan) -> tuple[tuple[str, bool], ...]:
     """The flags that may belong in the resolved values, in order, each with whether it does only
-    when the user typed it.
+    when the user typed it (worked out once per plan).
 
     A retired flag (ignored or removed upstream) never does anything, and a deprecated one the user
     did not type only mirrors its replacement, so neither is reported: the values then feed back
     through `--config` without reviving old spellings, and give the same values and hash.
     """
-    plan = plan_for(system)
-    out = []
-    for name in plan.names:
-        deprecated = plan.catalog[name].deprecated or {}
-        if not (deprecated.get("ignored") or deprecated.get("removed")):
-            out.append((name, bool(deprecated)))
-    return tuple(out)
+    found = _REPORTED.get(plan)
+    if found is None:
+        out = []
+        for name in plan.names:
+            deprecated = plan.catalog[name].deprecated or {}
+            if not (deprecated.get("ignored") or deprecated.get("removed")):
+                out.append((name, bool(deprecated)))
+        found = _REPORTED[plan] = tuple(out)
+    return found
 
 
 # Provenance entries shared by every config (read-only, so `ResolvedConfig` keeps them as they are).
@@ -166,7 +171,7 @@ def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any
         raise ConflictError(plan, user, facts, find_conflicts(plan, user, facts))
 
     provenance: dict[str, Mapping[str, Any]] = {}
-    shown = [name for name, only_typed in _reported(system) if not only_typed or name in user]
+    shown = [name for name, only_typed in _reported(plan) if not only_typed or name in user]
     origin = outcome.origin
     for name in shown:
         if name in relaxed:
