@@ -154,6 +154,11 @@ def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any
     plan = plan_for(system)
     user = dict(user_values)
     _check_known_flags(plan, user)
+    # A typed auto choice ("let the resolver decide") pins nothing: the rules decide it as if unset.
+    typed_auto = {name: value for name, value in user.items()
+                  if plan.catalog[name].auto_choice is not None and value == plan.catalog[name].auto_choice}
+    for name in typed_auto:
+        del user[name]
     sources = dict(sources or {})
     notes = list(warnings)
     relaxed: dict[str, dict] = {}
@@ -179,7 +184,12 @@ def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any
         elif name in user:
             provenance[name] = {"source": "user", "via": sources.get(name, "cli")}
         elif origin[name]:
-            provenance[name] = _by_rule(origin[name])
+            if name in typed_auto:  # the user typed the auto choice; this rule decided it
+                provenance[name] = {"source": "rule", "rule": origin[name], "typed": typed_auto[name]}
+            else:
+                provenance[name] = _by_rule(origin[name])
+        elif name in typed_auto:  # no rule decides it: the auto choice stays, as the user typed
+            provenance[name] = {"source": "user", "via": sources.get(name, "cli")}
         else:
             provenance[name] = _DEFAULT
     final = Env(plan, user, facts, outcome.values)

@@ -13,7 +13,7 @@ import ast
 import dataclasses
 from typing import Any, Iterable, Mapping
 
-from resolver.expr import Expr, UnknownFact, dotted_name
+from resolver.expr import Expr, UnknownFact, dotted_name, meta_read
 from resolver.fixes import Fix, find_fixes
 from resolver.report import describe_value
 from resolver.rules import Derived, Rule
@@ -144,14 +144,26 @@ def _read(env: Env, plan: Plan, name: str, derived: Mapping[str, Derived]) -> An
         return f"unknown (needs {missing.key})"
 
 
+def _meta_reading(plan: Plan, env: Env, name: str, derived: Mapping[str, Derived]) -> DerivedReading:
+    """`meta(kernel).vendor = acme because kernel = k1`: a choice-metadata
+    read, with the flag value it looked up."""
+    flag, prop = meta_read(name)
+    value = _read(env, plan, flag, derived)
+    return DerivedReading(name, plan.catalog[flag].meta_property(prop).of(value), ((flag, value),))
+
+
 def derived_readings(plan: Plan, exprs: Iterable[Expr | None], env: Env) -> list[DerivedReading]:
-    """The derived values that `exprs` read (directly or through each other), in name order, each
-    with its value in `env`. Named sets are constants and are left out. Dry-run and the conflict
-    reports call this too, so every explanation shows the same names with the same values."""
+    """The derived values and choice-metadata reads (`meta(flag).prop`) that `exprs` make, directly
+    or through each other, in name order, each with its value in `env`. Named sets are constants and
+    are left out. Dry-run and the conflict reports call this too, so every explanation shows the
+    same names with the same values."""
     derived = {d.id: d for d in plan.ruleset.derived}
-    names = sorted({n for e in exprs if e is not None for n in e.names if n in derived})
+    names = sorted({n for e in exprs if e is not None for n in e.names if n in derived or meta_read(n)})
     readings = []
     for name in names:
+        if name not in derived:
+            readings.append(_meta_reading(plan, env, name, derived))
+            continue
         item = derived[name]
         own = [n for n in _own_names(item) if n not in {s.id for s in plan.ruleset.sets}]
         try:
@@ -170,7 +182,8 @@ def mentioned_values(plan: Plan, name: str) -> set[Any]:
 
     `name == 'a'`, `name in ('a', 'b')`, `name in some_named_set` and `'a' in name` all name
     a value of `name`, in a rule or in a derived value a rule reads, so naming a fragment in
-    derived.yaml hides no value from a dry run. Read from the parsed trees, never the source text.
+    derived.yaml hides no value from a dry run; `meta(name).prop` names every value the choice
+    metadata describes. Read from the parsed trees, never the source text.
     """
     sets = {s.id: s.values for s in plan.ruleset.sets}
     found: set[Any] = set()
@@ -186,6 +199,9 @@ def mentioned_values(plan: Plan, name: str) -> set[Any]:
     for expr in exprs:
         if expr.tree is not None and name in expr.flags:
             found.update(_compared(expr.tree, name, sets))
+        if any(meta_read(n) and meta_read(n)[0] == name for n in expr.names):
+            # `meta(name).prop` asks about every value its choice metadata describes
+            found.update(choice for prop in plan.catalog[name].choice_meta for choice, _ in prop.values)
     return {v for v in found if isinstance(v, (str, int, float, tuple)) and not isinstance(v, bool)}
 
 

@@ -11,6 +11,12 @@ Names: a bare name is a flag of the system; a dotted name (`gpu.sm`) and the bar
 `None` (an unset optional flag) is forgiving on purpose: ordering comparisons with None are false and
 arithmetic with None gives None, so `chunked_prefill_size > 0` needs no None-guard. Division or
 modulo by zero gives None too, so a zero size fails the rule that divides by it instead of crashing.
+
+`meta(flag).prop` reads a property of the flag's current value from the catalog's choice metadata
+(`choice_meta:` in the flag's entry), say `meta(kernel).vendor == 'acme'`. The table is
+known when the expression is compiled, so the lookup becomes a few constant set-membership tests in
+the generated code: it works on a solver decision like any read of the flag, and needs nothing
+linked when the code is loaded from the plan cache.
 """
 
 from __future__ import annotations
@@ -96,6 +102,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "max": _skip_none(max),
     "len": lambda x: 0 if x is None else len(x),
     "abs": lambda x: None if x is None else abs(x),
+    "round": lambda x, digits=0: None if x is None else round(x, int(digits)),  # Python's (half-even) rounding
     "int": lambda x: None if x is None else int(x),
     "startswith": lambda s, p: isinstance(s, str) and s.startswith(p),
     "contains": lambda s, part: s is not None and part in s,
@@ -105,6 +112,27 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "capped": _capped,
 }
 SPECIAL_FORMS = ("known", "is_set", "user_value", "user_changed")
+META = "meta"  # `meta(flag).property`: a property of the flag's value, from the catalog's choice metadata
+_META_NAME = re.compile(r"meta\((\w+)\)\.(\w+)")
+
+
+def meta_name(flag: str, prop: str) -> str:
+    """How a metadata read is named among an expression's `names` and in proofs: `meta(flag).prop`."""
+    return f"{META}({flag}).{prop}"
+
+
+def meta_read(name: str) -> tuple[str, str] | None:
+    """`meta(kernel).vendor` -> ('kernel', 'vendor'); any other name -> None."""
+    found = _META_NAME.fullmatch(name)
+    return (found.group(1), found.group(2)) if found else None
+
+
+class MetaTable(Protocol):
+    """One property of a flag's choices (resolver.catalog.MetaProperty): its name, the value of a
+    choice that does not give it, and (choice, value) pairs."""
+    name: str
+    default: Any
+    values: tuple[tuple[Any, Any], ...]
 
 
 def _ordered(op):
@@ -144,6 +172,9 @@ BIN_OPS = {
 class Expr:
     """A parsed expression: its source, the flags and facts it reads, and its compiled function.
 
+    `names` holds the derived values and named sets it reads and its choice-metadata reads, the
+    latter named `meta(flag).prop` (see `meta_read`).
+
     The function is Python bytecode generated from the validated tree (see `_Compiler`), so a rule
     costs one call to evaluate and its code object can be stored in the plan cache with `marshal`.
     `tree` is the validated tree; an expression loaded from the cache parses its source again the
@@ -159,7 +190,7 @@ class Expr:
         self.flags = flags          # flags whose values it reads (through derived values too)
         self.facts = facts          # facts it reads (through derived values too)
         self.set_checks = set_checks  # flags it asks `is_set` about (known before solving)
-        self.names = names          # derived values and named sets it reads by name
+        self.names = names          # derived values, named sets and `meta(flag).prop` reads
         self._tree = tree           # the validated tree (None for a YAML constant)
         self._fn = fn
         self.code = code            # the compiled function's code (None: not generated code)
@@ -197,12 +228,15 @@ class Expr:
 _UNPARSED: Any = object()  # a tree not parsed yet (an expression loaded from the plan cache)
 
 
-def parse(source: Any, names: dict[str, Expr] | None = None) -> Expr:
+def parse(source: Any, names: dict[str, Expr] | None = None,
+          meta: dict[str, tuple[MetaTable, ...]] | None = None) -> Expr:
     """Parse an expression. YAML scalars (True, 3, 'fa3') are accepted as constant expressions.
 
     `names` maps derived values and named sets (rules/<system>/derived.yaml) to their parsed
     expressions. A name found there is read through its expression: the reader inherits the flags
     and facts it depends on, so the solver orders and checks it exactly as if it were written inline.
+    `meta` maps flags to the properties of their choices (the catalog's `choice_meta`), which
+    `meta(flag).prop` reads; a flag or property not in it is an error naming it.
     """
     if not isinstance(source, str):
         value = source
@@ -212,7 +246,7 @@ def parse(source: Any, names: dict[str, Expr] | None = None) -> Expr:
     except SyntaxError as err:
         raise ExpressionError(f"cannot parse expression {source!r}: {err.msg}") from None
     names = names or {}
-    compiler = _Compiler(source, names)
+    compiler = _Compiler(source, names, meta or {})
     body = compiler.compile(tree.body)
     code = _function_code(body, source)
     linked = tuple(sorted(compiler.linked))
@@ -325,9 +359,10 @@ def _as_bool(test: ast.expr) -> ast.IfExp:
 class _Compiler:
     """Validates the parsed tree and rewrites it into the generated function's body (a Python tree)."""
 
-    def __init__(self, source: str, names: dict[str, Expr]):
+    def __init__(self, source: str, names: dict[str, Expr], meta: dict[str, tuple[MetaTable, ...]]):
         self.source = source
         self.names = names
+        self.meta = meta
         self.flags: set[str] = set()
         self.facts: set[str] = set()
         self.set_checks: set[str] = set()
@@ -381,10 +416,49 @@ class _Compiler:
         return self._name(node.id)
 
     def _Attribute(self, node: ast.Attribute) -> ast.expr:
+        call = node.value
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == META:
+            return self._meta(call, node.attr)
         name = dotted_name(node)
         if name is None:
             raise self.fail("attribute access on an expression")
         return self._name(name)
+
+    def _meta(self, call: ast.Call, prop: str) -> ast.expr:
+        """`meta(flag).prop`: the property of the flag's value, as constant membership tests
+        (`V1 if (_t := flag) in {choices with V1} else V2 if _t in {...} else DEFAULT`)."""
+        arg = call.args[0] if len(call.args) == 1 and not call.keywords else None
+        flag = arg.id if isinstance(arg, ast.Name) else None
+        if flag is None or flag in TOP_LEVEL_FACTS or flag in self.names:
+            raise ExpressionError(f"{META}() takes one flag name, as in {META}(kernel).vendor "
+                                  f"(in {self.source!r})")
+        table = self.meta.get(flag)
+        if not table:
+            having = ", ".join(sorted(self.meta)) or "none"
+            raise ExpressionError(f"{META}({flag}): flag {flag!r} has no choice metadata (flags with it: "
+                                  f"{having}); declare `choice_meta:` in its catalog entry (in {self.source!r})")
+        found = next((p for p in table if p.name == prop), None)
+        if found is None:
+            raise ExpressionError(f"{META}({flag}).{prop}: flag {flag!r} has no property {prop!r}; its "
+                                  f"properties: {', '.join(p.name for p in table)} (in {self.source!r})")
+        self.names_read.add(meta_name(flag, prop))
+        value = self._name(flag)
+        groups: dict[Any, list] = {}
+        for choice, given in found.values:
+            if given != found.default:
+                groups.setdefault(given, []).append(choice)
+        if not groups:
+            return ast.Constant(found.default)
+        self.temps += 1
+        temp = f"_t{self.temps}"
+        body: ast.expr = ast.Constant(found.default)
+        items = list(groups.items())
+        for i in range(len(items) - 1, -1, -1):
+            given, choices = items[i]
+            subject = ast.NamedExpr(ast.Name(temp, ast.Store()), value) if i == 0 else _load(temp)
+            test = ast.Compare(subject, [ast.In()], [ast.Constant(frozenset(choices))])
+            body = ast.IfExp(test, ast.Constant(given), body)
+        return body
 
     def _List(self, node: ast.List) -> ast.expr:
         # A list literal is a list (a default value may be a list flag's value); others are tuples.
@@ -447,6 +521,9 @@ class _Compiler:
         if not isinstance(node.func, ast.Name) or node.keywords:
             raise self.fail("this kind of call")
         name = node.func.id
+        if name == META:
+            raise ExpressionError(f"{META}() reads a property of a flag's value: write "
+                                  f"{META}(flag).property, as in {META}(kernel).vendor (in {self.source!r})")
         if name in SPECIAL_FORMS:
             return self._special(name, node)
         if name not in FUNCTIONS:

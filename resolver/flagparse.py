@@ -60,6 +60,7 @@ class _Collected:
     def __init__(self, extra_choices: dict[str, tuple[str, ...]]) -> None:
         self.values: dict[str, Any] = {}
         self.spelled: dict[str, str] = {}
+        self.aliased: dict[str, str] = {}  # dest -> the value alias typed for it (see alias_implies)
         self.warnings: list[str] = []
         self.extra_choices = extra_choices
 
@@ -161,6 +162,9 @@ class _ValueAction(argparse.Action):
             converted.append(value)
             warnings.extend(notes)
         state.store(flag.name, converted if isinstance(values, list) else converted[0], warnings, option_string)
+        state.aliased.pop(flag.name, None)
+        if not isinstance(values, list) and values in dict(flag.value_aliases):
+            state.aliased[flag.name] = values
 
 
 class _ConstAction(argparse.Action):
@@ -457,11 +461,13 @@ def _spelling_index(catalog: Catalog) -> dict[str, tuple[Flag, str, DeprecatedSp
 
 
 def _read_config_values(path: str, catalog: Catalog,
-                        extra_choices: dict[str, tuple[str, ...]]) -> tuple[dict[str, Any], list[str]]:
-    """Typed values by dest from a config file, plus warnings. Keys: dests or spellings without dashes."""
+                        extra_choices: dict[str, tuple[str, ...]]) -> tuple[dict[str, Any], list[str], dict[str, str]]:
+    """Typed values by dest from a config file, warnings, and the value aliases used (dest -> alias).
+    Keys: dests or spellings without dashes."""
     index = _spelling_index(catalog)
     values: dict[str, Any] = {}
     warnings: list[str] = []
+    aliased: dict[str, str] = {}
     for entry in read_config(path):
         where = f"config file {path}, line {entry.line}"
         key = entry.key.lstrip("-")
@@ -496,7 +502,10 @@ def _read_config_values(path: str, catalog: Catalog,
         warnings.extend(f"{path}: {note}" for note in notes)
         if value is not _UNSET:
             values[flag.name] = value
-    return values, warnings
+            aliased.pop(flag.name, None)
+            if isinstance(entry.value, str) and entry.value in dict(flag.value_aliases):
+                aliased[flag.name] = entry.value
+    return values, warnings, aliased
 
 
 # A null in a config file leaves the flag unset, except for a flag that can be null but is not by
@@ -554,6 +563,35 @@ def _declared_extensions(argv: list[str], catalog: Catalog) -> dict[str, tuple[s
     return {dest: tuple(values) for dest, values in declared.items()}
 
 
+def _apply_alias_implications(catalog: Catalog, aliased: dict[str, str], values: dict[str, Any],
+                              sources: dict[str, str]) -> list[str]:
+    """Set what a typed value alias also means (its flag's `alias_implies`), and say so.
+
+    Why: an old spelling upstream still accepts can stand for several settings (an old kernel name
+    that also fixes the KV cache type). The implied value is applied like a typed one, with the
+    alias's source; a flag left at its auto choice takes it too (auto pins nothing). A different
+    concrete value typed for that flag is refused: upstream would overwrite it silently.
+    """
+    notes = []
+    for dest, alias in sorted(aliased.items()):
+        flag = catalog[dest]
+        for other, value in dict(flag.alias_implies).get(alias, ()):
+            target = catalog[other]
+            typed = values.get(other, target.auto_choice)
+            said = f"{flag.primary} {alias}"
+            if other in values and typed not in (value, target.auto_choice):
+                raise UsageError(
+                    f"{said} means {flag.primary} {dict(flag.value_aliases)[alias]} with {target.primary} "
+                    f"{value}, but {target.primary} {_shown(typed)} is also given. Write {flag.primary} "
+                    f"{dict(flag.value_aliases)[alias]} to keep {target.primary} {_shown(typed)}, or drop "
+                    f"{target.primary}.")
+            if values.get(other) != value:
+                values[other] = value
+                sources[other] = sources[dest]
+                notes.append(f"{said} also sets {target.primary} {_shown(value)}, as upstream does.")
+    return notes
+
+
 # --------------------------------------------------------------------------------------------------
 # Entry point
 # --------------------------------------------------------------------------------------------------
@@ -594,14 +632,19 @@ def parse_flags(
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     warnings: list[str] = []
+    aliased: dict[str, str] = {}
     if namespace.config:
-        from_file, file_warnings = _read_config_values(namespace.config, catalog, extra_choices)
+        from_file, file_warnings, aliased = _read_config_values(namespace.config, catalog, extra_choices)
         values.update(from_file)
         sources.update({dest: f"config:{namespace.config}" for dest in from_file})
         warnings.extend(file_warnings)
+    for dest in collected.values:  # the command line wins over the file, alias and all
+        aliased.pop(dest, None)
+    aliased.update(collected.aliased)
     values.update(collected.values)
     sources.update({dest: "cli" for dest in collected.values})
     warnings.extend(collected.warnings)
+    warnings.extend(_apply_alias_implications(catalog, aliased, values, sources))
     return namespace, ParsedFlags(
         system=system,
         values=values,

@@ -145,6 +145,15 @@ def _detail(rows: list[dict[str, Any]], catalog: Catalog) -> str:
         lines.append(f"  extensible: values outside the list are accepted with a warning ({flag.choices_from}).")
     if flag.human_int:
         lines.append("  human-readable integers: 32k = 32000, 32K = 32768.")
+    if flag.choice_meta:
+        lines.append(f"  choice metadata (rules read meta({flag.name}).PROPERTY):")
+        for prop in flag.choice_meta:
+            lines.append(f"    {prop.name} (default {json.dumps(prop.default)}): {prop.about}")
+            groups: dict[str, list[str]] = {}
+            for choice, value in prop.values:
+                shown = value if isinstance(value, str) else json.dumps(value)
+                groups.setdefault(shown, []).append(str(choice))
+            lines += [f"      {value}: {', '.join(choices)}" for value, choices in groups.items()]
     for e in rows:
         if e["deprecated"]:
             lines.append(f"  {', '.join(e['flags'])}: {_deprecated_text(e)}")

@@ -5,6 +5,9 @@ Checks, each a function returning problems as strings:
 - values: every literal a rule compares a flag with, offers as a candidate, or sets, is in that
   flag's domain (a typo like `attention_backend == 'fa-3'` would make a rule that never fires);
 - derived: derived values and named sets shadow no flag and read only known names;
+- choice metadata: a literal compared with `meta(flag).prop` is a value that property takes, and
+  every declared property is read by some rule (an unknown flag or property in `meta()` already
+  fails when the rules load, naming it);
 - governance: a flag is governed by `prefer` rules or by `default` rules, not both;
 - cycles: no default depends on itself through other defaults;
 - presets: with no user flags, every fact preset has a legal configuration;
@@ -24,7 +27,7 @@ from typing import Any, Iterable
 import networkx as nx
 
 from resolver.catalog import RULES_DIR, Catalog
-from resolver.expr import Expr
+from resolver.expr import META, Expr, meta_read
 from resolver.graph import build_graph
 from resolver.rules import RuleSet, rule_files
 from resolver.solve import Plan
@@ -112,6 +115,96 @@ def check_derived(catalog: Catalog, ruleset: RuleSet, fact_keys: Iterable[str]) 
             if domain is not None and value not in domain and not catalog[name].extensible:
                 problems.append(f"derived.yaml: {item.id} uses {name} = {value!r}, which is not one of "
                                 f"its values {list(domain)}")
+    return problems
+
+
+def _meta_node(node: ast.AST) -> tuple[str, str] | None:
+    """`meta(flag).prop` in a tree -> (flag, prop)."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Call):
+        call = node.value
+        if isinstance(call.func, ast.Name) and call.func.id == META and len(call.args) == 1 \
+                and isinstance(call.args[0], ast.Name):
+            return call.args[0].id, node.attr
+    return None
+
+
+def _constants(node: ast.AST) -> list[Any] | None:
+    """The literal(s) a comparison operand holds: one constant, or a tuple/list/set of them."""
+    if isinstance(node, ast.Constant):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and all(isinstance(e, ast.Constant) for e in node.elts):
+        return [e.value for e in node.elts]
+    return None
+
+
+def _meta_lists(ruleset: RuleSet) -> dict[str, list[tuple[str, str]]]:
+    """Derived values that are a tuple of metadata reads (`(meta(a).vendor, meta(b).vendor)`), so
+    `'x' in that_name` is checked like a comparison with each read."""
+    found = {}
+    for item in ruleset.derived:
+        if len(item.cases) == 1 and item.cases[0][1] is None and item.cases[0][0].tree is not None:
+            tree = item.cases[0][0].tree
+            reads = [_meta_node(e) for e in tree.elts] if isinstance(tree, (ast.Tuple, ast.List)) else []
+            if reads and all(reads):
+                found[item.id] = reads
+    return found
+
+
+def _meta_compared(expr: Expr, lists: dict[str, list[tuple[str, str]]]) -> list[tuple[str, str, Any, bool]]:
+    """(flag, prop, literal, as_element) for each literal an expression compares a metadata read
+    with; as_element: the literal is asked to be an element of the (list) property's value."""
+    if expr.tree is None:
+        return []
+    out = []
+    for node in ast.walk(expr.tree):
+        if not isinstance(node, ast.Compare) or len(node.ops) != 1:
+            continue
+        left, right, op = node.left, node.comparators[0], node.ops[0]
+        if not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
+            continue
+        membership = isinstance(op, (ast.In, ast.NotIn))
+        read, literals = _meta_node(left), _constants(right)
+        if read and literals is not None:   # meta(f).p == 'x', meta(f).p in ('x', 'y')
+            out += [(*read, v, False) for v in literals]
+            continue
+        read, literals = _meta_node(right), _constants(left)
+        if read and literals is not None:   # 'x' == meta(f).p, 16 in meta(f).page_sizes
+            out += [(*read, v, membership) for v in literals]
+        elif membership and isinstance(right, ast.Name) and right.id in lists and literals is not None:
+            out += [(*r, v, False) for r in lists[right.id] for v in literals]   # 'x' in reads_list
+    return out
+
+
+def check_choice_meta(catalog: Catalog, ruleset: RuleSet) -> list[str]:
+    """Literals compared with `meta(flag).prop` are values the property takes; no property is dead."""
+    problems = []
+    lists = _meta_lists(ruleset)
+    items = [(f"{r.file}: rule {r.id}", r.expressions()) for r in ruleset]
+    items += [(f"derived.yaml: {d.id}", [e for case in d.cases for e in case if e is not None])
+              for d in ruleset.derived]
+    read: set[tuple[str, str]] = set()
+    for where, exprs in items:
+        for expr in exprs:
+            read.update(r for r in map(meta_read, expr.names) if r)
+            for flag, prop, literal, as_element in _meta_compared(expr, lists):
+                values = catalog[flag].meta_property(prop)
+                taken = [values.default] + [v for _, v in values.values]
+                if as_element:
+                    taken = [e for v in taken if isinstance(v, tuple) for e in v]
+                if literal not in taken:
+                    shown = sorted({"null" if v is None else str(v) for v in taken})
+                    problems.append(f"{where} compares {META}({flag}).{prop} with {literal!r}, which no choice "
+                                    f"of {flag} has (its values: {', '.join(shown)}); the comparison is constant")
+    seen: list[tuple] = []
+    for flag in catalog:
+        if not flag.choice_meta or flag.choice_meta in seen:
+            continue
+        seen.append(flag.choice_meta)
+        sharing = [f.name for f in catalog if f.choice_meta == flag.choice_meta]
+        for prop in flag.choice_meta:
+            if not any((name, prop.name) in read for name in sharing):
+                problems.append(f"catalog: choice_meta property {prop.name!r} of {flag.name} is read by no rule; "
+                                f"remove it or read it as {META}({flag.name}).{prop.name}")
     return problems
 
 
@@ -228,6 +321,7 @@ def lint(catalog: Catalog, ruleset: RuleSet, fact_keys: Iterable[str], presets: 
     problems = check_names(catalog, ruleset, fact_keys)
     problems += check_values(catalog, ruleset)
     problems += check_derived(catalog, ruleset, fact_keys)
+    problems += check_choice_meta(catalog, ruleset)
     problems += check_governance(ruleset)
     problems += check_cycles(catalog, ruleset)
     problems += check_prefixes(ruleset, root)

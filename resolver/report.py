@@ -99,6 +99,8 @@ def value_table(values: Mapping[str, Any], provenance: Mapping[str, Mapping[str,
         source = prov.get("source", "")
         if prov.get("rule"):
             source += f" {prov['rule']}"
+            if prov.get("typed") is not None:  # an auto choice the user typed, decided by this rule
+                source += f" (typed {prov['typed']})"
         elif prov.get("via"):
             source += f" ({prov['via']})"
         rows.append((name, values[name], describe_value(values[name]), source))

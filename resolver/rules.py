@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from resolver import plancache
-from resolver.catalog import RULES_DIR, SYSTEMS
+from resolver.catalog import RULES_DIR, SYSTEMS, catalog_files, load_catalog
 from resolver.errors import UsageError
 from resolver.expr import Expr, ExpressionError, constant, parse
 from resolver.yamlcache import bulk_load, read_yaml_files
@@ -182,9 +182,9 @@ def rule_files(system: str, root: Path = RULES_DIR) -> list[Path]:
                   if not p.name.startswith("flags") and p.name not in NOT_RULE_FILES)
 
 
-def _expr(text: Any, where: str, names: dict[str, Expr] | None = None) -> Expr:
+def _expr(text: Any, where: str, names: dict[str, Expr] | None = None, meta: dict | None = None) -> Expr:
     try:
-        return parse(text, names)
+        return parse(text, names, meta)
     except ExpressionError as err:
         raise UsageError(f"{where}: {err}") from None
 
@@ -207,7 +207,7 @@ def _combine(name: str, cases: tuple[tuple[Expr, Expr | None], ...], reads: tupl
     return Expr(name, flags, facts, evaluate, set_checks, names)
 
 
-def _derived_from_yaml(entry: dict, names: dict[str, Expr], path: Path) -> Derived:
+def _derived_from_yaml(entry: dict, names: dict[str, Expr], path: Path, meta: dict) -> Derived:
     did = entry.get("id")
     where = f"{path.name}: derived value {did!r}"
     if not did or not isinstance(did, str):
@@ -225,14 +225,16 @@ def _derived_from_yaml(entry: dict, names: dict[str, Expr], path: Path) -> Deriv
     if any("when" not in c for c in raw[:-1]) or any(set(c) - {"value", "when"} for c in raw):
         raise UsageError(f"{where}: every pair but the last needs a 'when' (the last may be the "
                          f"fallback), and a pair has only 'value' and 'when'.")
-    cases = tuple((_expr(c["value"], where, names), _expr(c["when"], where, names) if "when" in c else None)
-                  for c in raw)
+    cases = tuple((_expr(c["value"], where, names, meta),
+                   _expr(c["when"], where, names, meta) if "when" in c else None) for c in raw)
     return Derived(id=did, type=entry["type"], cases=cases, reason=str(entry["reason"]),
                    notes=str(entry.get("notes") or ""), expr=_combine(did, cases))
 
 
-def load_derived(system: str, root: Path = RULES_DIR) -> tuple[tuple[Derived, ...], tuple[NamedSet, ...]]:
-    """Named sets and derived values of a system, in file order (a name reads only earlier names)."""
+def load_derived(system: str, root: Path = RULES_DIR,
+                 meta: dict | None = None) -> tuple[tuple[Derived, ...], tuple[NamedSet, ...]]:
+    """Named sets and derived values of a system, in file order (a name reads only earlier names).
+    `meta` is the catalog's choice metadata (`Catalog.choice_metadata`), which `meta(flag).p` reads."""
     path = root / system / DERIVED_FILE
     if not path.exists():
         return (), ()
@@ -250,7 +252,7 @@ def load_derived(system: str, root: Path = RULES_DIR) -> tuple[tuple[Derived, ..
         sets.append(NamedSet(sid, tuple(values), str(entry["reason"])))
         names[sid] = constant(sid, tuple(values))
     for entry in doc.get("derived") or ():
-        item = _derived_from_yaml(entry, names, path)
+        item = _derived_from_yaml(entry, names, path, meta or {})
         if item.id in names:
             raise UsageError(f"{path.name}: the name {item.id!r} is defined twice.")
         derived.append(item)
@@ -258,7 +260,7 @@ def load_derived(system: str, root: Path = RULES_DIR) -> tuple[tuple[Derived, ..
     return tuple(derived), tuple(sets)
 
 
-def _fix_hint(raw: Any, where: str, names: dict[str, Expr]):
+def _fix_hint(raw: Any, where: str, names: dict[str, Expr], meta: dict):
     """A rule's `fix:` map: flag -> expression, or -> {value: expression, fill_in: text} for a
     placeholder the user must replace (a host address, say). Returns (flag, expr) pairs and the
     (flag, fill_in) pairs of the placeholders, both sorted by flag."""
@@ -274,11 +276,11 @@ def _fix_hint(raw: Any, where: str, names: dict[str, Expr]):
                                  f"and 'fill_in' (what the user must replace the placeholder with).")
             fill_in.append((flag, spec["fill_in"]))
             spec = spec["value"]
-        fix.append((flag, _expr(spec, where, names)))
+        fix.append((flag, _expr(spec, where, names, meta)))
     return tuple(fix), tuple(fill_in)
 
 
-def _rule_from_yaml(entry: dict, area: str, path: Path, names: dict[str, Expr]) -> Rule:
+def _rule_from_yaml(entry: dict, area: str, path: Path, names: dict[str, Expr], meta: dict) -> Rule:
     rid = entry.get("id")
     where = f"{path.name}: rule {rid!r}"
     if not rid or not isinstance(rid, str):
@@ -298,31 +300,36 @@ def _rule_from_yaml(entry: dict, area: str, path: Path, names: dict[str, Expr]) 
     if kind == "conflict" and "when" not in entry:
         raise UsageError(f"{where}: a conflict rule needs 'when' (the illegal combination).")
     values = tuple(
-        Candidate(v["value"], _expr(v["when"], where, names) if "when" in v else None) if isinstance(v, dict)
+        Candidate(v["value"], _expr(v["when"], where, names, meta) if "when" in v else None) if isinstance(v, dict)
         else Candidate(v)
         for v in entry.get("values", ())
     )
-    fix, fill_in = _fix_hint(entry.get("fix"), where, names)
+    fix, fill_in = _fix_hint(entry.get("fix"), where, names, meta)
     seed = entry.get("seed") or ()
     return Rule(
         id=rid, kind=kind, area=area, reason=str(entry.get("reason") or entry.get("message") or ""),
         ref=str(entry.get("ref") or ""),
-        when=_expr(entry["when"], where, names) if "when" in entry else None,
-        require=_expr(entry["require"], where, names) if "require" in entry else None,
+        when=_expr(entry["when"], where, names, meta) if "when" in entry else None,
+        require=_expr(entry["require"], where, names, meta) if "require" in entry else None,
         flag=entry.get("flag"),
-        value=_expr(entry["value"], where, names) if "value" in entry else None,
+        value=_expr(entry["value"], where, names, meta) if "value" in entry else None,
         values=values, message=str(entry.get("message") or ""), fix=fix, fix_fill_in=fill_in,
         seed=tuple([seed] if isinstance(seed, str) else seed), file=path.name,
     )
+
+
+def plan_sources(system: str, root: Path = RULES_DIR) -> list[Path]:
+    """The files a compiled rule set depends on: derived values, rule files and the catalog (its
+    choice metadata is compiled into the code of `meta(flag).prop`), so editing any of them rebuilds it."""
+    derived_file = root / system / DERIVED_FILE
+    return ([derived_file] if derived_file.exists() else []) + rule_files(system, root) + catalog_files(system, root)
 
 
 def load_rules(system: str, root: Path = RULES_DIR) -> RuleSet:
     """A system's rule set, from the plan cache when its files are unchanged (see `plancache`)."""
     if system not in SYSTEMS:
         raise UsageError(f"unknown system {system!r}; use one of: {', '.join(SYSTEMS)}.")
-    derived_file = root / system / DERIVED_FILE
-    sources = ([derived_file] if derived_file.exists() else []) + rule_files(system, root)
-    entry = plancache.entry_path(system, sources)
+    entry = plancache.entry_path(system, plan_sources(system, root))
     with bulk_load():
         data = plancache.load(entry)
         if data is not None:
@@ -337,7 +344,8 @@ def load_rules(system: str, root: Path = RULES_DIR) -> RuleSet:
 
 def _read_rules(system: str, root: Path) -> RuleSet:
     """Parse and compile a system's rule files (derived values and sets first)."""
-    derived, sets = load_derived(system, root)
+    meta = load_catalog(system, root).choice_metadata() if catalog_files(system, root) else {}
+    derived, sets = load_derived(system, root, meta)
     names = {s.id: constant(s.id, s.values) for s in sets} | {d.id: d.expr for d in derived}
     rules: list[Rule] = []
     first: list[Rule] = []
@@ -350,7 +358,7 @@ def _read_rules(system: str, root: Path) -> RuleSet:
         # prefer and default rules are tried before theirs, whatever the file names.
         into = first if doc.get("consulted_first") else rules
         for entry in doc.get("rules") or ():
-            rule = _rule_from_yaml(entry, area, path, names)
+            rule = _rule_from_yaml(entry, area, path, names, meta)
             if rule.id in seen:
                 raise UsageError(f"rule id {rule.id!r} is used twice ({seen[rule.id]} and {path.name}).")
             seen[rule.id] = path.name

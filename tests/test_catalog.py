@@ -176,3 +176,83 @@ def test_an_unknown_catalog_key_is_rejected(tmp_path):
     _write_catalog(tmp_path, "group: a\nflags:\n- {name: x, flags: [--x], type: int, colour: red}\n")
     with pytest.raises(UsageError, match=r"flag 'x' has unknown keys \['colour'\]"):
         load_catalog("llm", tmp_path)
+
+
+# -- choice metadata (`choice_meta:`), read by rules as meta(flag).prop ------------------------------
+
+KERNEL = ("- name: kernel\n  flags: [--kernel]\n  type: enum\n  nullable: true\n  default: null\n"
+          "  choices: [k1, k2, k3]\n  help: x.\n")
+PROPS = "    properties:\n      vendor: {default: null, about: Who builds it.}\n      fast: {default: false, about: Quick.}\n"
+
+
+def _with_meta(choices: str, props: str = PROPS, other: str = "") -> str:
+    return f"group: a\nflags:\n{KERNEL}  choice_meta:\n{props}    choices:\n{choices}{other}"
+
+
+def test_choice_metadata_gives_each_value_its_properties_and_the_rest_the_default(tmp_path):
+    _write_catalog(tmp_path, _with_meta("      k1: {vendor: acme, fast: true}\n      k2: {vendor: acme}\n"))
+    flag = load_catalog("llm", tmp_path)["kernel"]
+    assert [p.name for p in flag.choice_meta] == ["vendor", "fast"]
+    assert [flag.meta_property("vendor").of(v) for v in ("k1", "k2", "k3", None)] == ["acme", "acme", None, None]
+    assert [flag.meta_property("fast").of(v) for v in ("k1", "k2")] == [True, False]
+
+
+def test_a_flag_with_the_same_choices_shares_metadata_by_same_as(tmp_path):
+    other = KERNEL.replace("name: kernel", "name: prefill_kernel").replace("--kernel", "--prefill-kernel")
+    _write_catalog(tmp_path, _with_meta("      k1: {vendor: acme}\n",
+                                        other=other + "  choice_meta: {same_as: kernel}\n"))
+    catalog = load_catalog("llm", tmp_path)
+    assert catalog["prefill_kernel"].choice_meta == catalog["kernel"].choice_meta
+    assert catalog.choice_metadata().keys() == {"kernel", "prefill_kernel"}
+
+
+@pytest.mark.parametrize("choices, props, named", [
+    ("      k1: {vendr: acme}\n", PROPS, "undeclared property 'vendr'"),
+    ("      k7: {vendor: acme}\n", PROPS, "describes 'k7', which is not one of its choices"),
+    ("      k1: {vendor: acme}\n      k2: {vendor: 3}\n", PROPS, "property 'vendor' mixes value types"),
+    ("      k1: {vendor: {a: 1}}\n", PROPS, "a property value is a string, number, boolean"),
+    ("      k1: {vendor: acme}\n", "    properties:\n      vendor: {default: null}\n", "needs exactly 'default'"),
+])
+def test_bad_choice_metadata_is_rejected_naming_the_flag_and_what_is_wrong(tmp_path, choices, props, named):
+    _write_catalog(tmp_path, _with_meta(choices, props))
+    with pytest.raises(UsageError, match="flag 'kernel'") as err:
+        load_catalog("llm", tmp_path)
+    assert named in str(err.value)
+
+
+def test_same_as_needs_a_flag_with_metadata_and_the_same_choices(tmp_path):
+    other = KERNEL.replace("name: kernel", "name: other").replace("--kernel", "--other").replace("k3]", "k4]")
+    _write_catalog(tmp_path, _with_meta("      k1: {vendor: acme}\n", other=other + "  choice_meta: {same_as: kernel}\n"))
+    with pytest.raises(UsageError, match="flag 'other': choice_meta same_as 'kernel', but their choices differ"):
+        load_catalog("llm", tmp_path)
+
+
+def test_metadata_on_a_flag_without_choices_is_rejected(tmp_path):
+    _write_catalog(tmp_path, "group: a\nflags:\n- name: n\n  flags: [--n]\n  type: int\n  default: 1\n  help: x.\n"
+                             f"  choice_meta:\n{PROPS}    choices: {{}}\n")
+    with pytest.raises(UsageError, match="flag 'n' has choice_meta but is neither an enum flag with choices nor an open str"):
+        load_catalog("llm", tmp_path)
+
+
+def test_an_auto_choice_must_be_the_default_choice(tmp_path):
+    # typing it must mean what leaving the flag out means, or dropping it would change the value
+    _write_catalog(tmp_path, "group: a\nflags:\n- {name: lb, flags: [--lb], type: enum, choices: [auto, rr], "
+                             "default: rr, auto_choice: auto, help: x.}\n")
+    with pytest.raises(UsageError, match="auto_choice 'auto', which must be one of its choices and its default"):
+        load_catalog("llm", tmp_path)
+
+
+def test_an_implication_belongs_to_a_value_alias(tmp_path):
+    _write_catalog(tmp_path, "group: a\nflags:\n- {name: ab, flags: [--ab], type: enum, choices: [x, y], "
+                             "default: x, value_aliases: {z: y}, alias_implies: {w: {ab: x}}, help: x.}\n")
+    with pytest.raises(UsageError, match=r"alias_implies for \['w'\], which are not among its value_aliases"):
+        load_catalog("llm", tmp_path)
+
+
+def test_the_shipped_auto_choices_are_defaults_and_aliases_imply_known_flags():
+    catalog = load_catalog("llm")
+    marked = {f.name for f in catalog if f.auto_choice is not None}
+    assert {"kv_cache_dtype", "load_balance_method", "moe_runner_backend"} <= marked
+    for flag in catalog:
+        for _, sets in flag.alias_implies:
+            assert all(name in catalog.flags for name, _ in sets), flag.name

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import yaml
 
 from resolver import api
 from resolver.explain import find_conflicts
@@ -176,6 +177,29 @@ def test_values_compared_inside_derived_values_and_named_sets_are_still_mentione
     assert sets["ltx2_two_stage_pipelines"] <= mentioned_values(plan, "pipeline_class_name")
     assert {"dit", "all", "default", "vae"} <= mentioned_values(plan, "layerwise_offload_components")
     assert "sage_attn" in mentioned_values(plan, "attention_backend")            # a derived value's `==`
+
+
+def test_every_name_the_choice_metadata_describes_is_mentioned_when_a_rule_reads_it(tmp_path):
+    """An open str flag has no domain, so a dry run tries the values the rules name: a rule that
+    asks `meta(flag).prop` names every value the metadata describes, not only the ones it holds for."""
+    from resolver.catalog import load_catalog
+    from resolver.explain import mentioned_values
+    from resolver.rules import load_rules
+    from resolver.solve import Plan
+    from tests.toy import write_meta_toy
+
+    meta = {"properties": {"vendor": {"default": None, "about": "Who builds it."}},
+            "choices": {"k1": {"vendor": "acme"}, "k2": {"vendor": "other"}}}
+    rule = {"id": "x.acme", "kind": "require", "when": "meta(kernel_name).vendor == 'acme'",
+            "require": "platform == 'cuda'", "reason": "Acme kernels are CUDA kernels."}
+    write_meta_toy(tmp_path, rules=[rule])
+    path = tmp_path / "llm" / "flags.yaml"
+    catalog = yaml.safe_load(path.read_text())
+    catalog["flags"].append({"name": "kernel_name", "flags": ["--kernel-name"], "type": "str", "nullable": True,
+                             "default": None, "choice_meta": meta})
+    path.write_text(yaml.safe_dump(catalog))
+    plan = Plan(load_catalog("llm", tmp_path), load_rules("llm", tmp_path))
+    assert mentioned_values(plan, "kernel_name") == {"k1", "k2"}
 
 
 def test_mentioned_values_of_the_toy_rules(plan):

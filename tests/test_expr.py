@@ -39,6 +39,8 @@ def test_names_split_into_flags_and_facts():
     ("min(tp_size, 4)", 4),
     ("max(missing_flag, 3)", 3),
     ("pow2_floor(12)", 8),
+    ("round(62464 / 81920, 3)", 0.762),  # upstream's round() of 0.7625 (memory_hook.py:327), not half-up
+    ("round(missing_flag, 3)", None),
     ("capped([1, 2, 4, 8, 16], 10)", [1, 2, 4, 8, 10]),
     ("capped(range(1, 5), 4)", [1, 2, 3, 4]),
     ("startswith(model.architecture, 'Deepseek')", True),
@@ -139,3 +141,49 @@ def test_user_changed_takes_a_flag_or_a_named_set():
         parse("user_changed(gpu.sm)")
     with pytest.raises(ExpressionError):
         parse("user_changed(big)", {"big": parse("tp_size > 4")})
+
+
+# -- meta(flag).prop: a property of a flag's value, from the catalog's choice metadata --------------
+
+class _Property:
+    def __init__(self, name, default, values):
+        self.name, self.default, self.values = name, default, tuple(values)
+
+
+KERNELS = {"kernel": (_Property("vendor", None, [("k1", "acme"), ("k2", "acme"), ("k3", "other")]),
+                      _Property("pages", None, [("k1", (16, 64))]),
+                      _Property("fast", False, [("k2", True)]))}
+
+
+@pytest.mark.parametrize("value, vendor, pages, fast", [
+    ("k1", "acme", (16, 64), False),
+    ("k2", "acme", None, True),
+    ("k3", "other", None, False),
+    ("k9", None, None, False),     # a value outside the table (an extensible flag): the defaults
+    (None, None, None, False),     # an unset flag: the defaults
+])
+def test_meta_reads_the_property_of_the_flags_current_value(value, vendor, pages, fast):
+    env = Env({"kernel": value})
+    assert parse("meta(kernel).vendor", meta=KERNELS)(env) == vendor
+    assert parse("meta(kernel).pages", meta=KERNELS)(env) == pages
+    assert parse("meta(kernel).fast", meta=KERNELS)(env) is fast
+    assert parse("64 in meta(kernel).pages", meta=KERNELS)(env) is (pages is not None)
+
+
+def test_meta_reads_the_flag_and_is_named_among_the_expressions_names():
+    expr = parse("meta(kernel).vendor == 'acme' and tp_size > 1", meta=KERNELS)
+    assert expr.flags == {"kernel", "tp_size"}
+    assert expr.names == {"meta(kernel).vendor"}
+    assert expr.code is not None   # plain generated code: the table is folded in as constants
+
+
+@pytest.mark.parametrize("source, named", [
+    ("meta(kernel).vendr", "no property 'vendr'"),
+    ("meta(tp_size).vendor", "flag 'tp_size' has no choice metadata"),
+    ("meta(kernel)", "write meta(flag).property"),
+    ("meta(gpu.sm).vendor", "takes one flag name"),
+    ("meta(kernel, tp_size).vendor", "takes one flag name"),
+])
+def test_meta_of_an_unknown_flag_or_property_is_refused_naming_it(source, named):
+    with pytest.raises(ExpressionError, match=named.replace("(", r"\(").replace(")", r"\)")):
+        parse(source, meta=KERNELS)

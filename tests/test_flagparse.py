@@ -330,3 +330,34 @@ def test_a_deprecated_switch_in_a_config_file_must_be_true_or_false(tmp_path):
         parse_flags(["--config", path])
     assert str(err.value) == (f"config file {path}, line 1: invalid value 'yes please' for stream-output: "
                               "expected true or false.")
+
+
+# -- aliases that imply other settings (catalog `alias_implies`) ------------------------------------
+# Upstream (serving_hook.py:_handle_deprecated_args) reads tokenspeed_mla as cutedsl_mla with an FP8
+# KV cache (oracle: h-tokenspeed-mla-b200 resolves kv_cache_dtype fp8_e4m3).
+
+def test_an_alias_sets_what_it_implies_and_says_so():
+    _, parsed = parse_flags(["--attention-backend", "tokenspeed_mla"])
+    assert parsed.values == {"attention_backend": "cutedsl_mla", "kv_cache_dtype": "fp8_e4m3"}
+    assert parsed.sources["kv_cache_dtype"] == "cli"
+    assert any("also sets --kv-cache-dtype fp8_e4m3" in w for w in parsed.warnings)
+
+
+def test_an_implied_value_replaces_a_typed_auto_choice():
+    _, parsed = parse_flags(["--kv-cache-dtype", "auto", "--decode-attention-backend", "tokenspeed_mla"])
+    assert parsed.values["kv_cache_dtype"] == "fp8_e4m3"
+
+
+def test_an_implied_value_never_overwrites_another_typed_value():
+    with pytest.raises(UsageError) as err:
+        parse_flags(["--attention-backend", "tokenspeed_mla", "--kv-cache-dtype", "bf16"])
+    text = str(err.value)
+    assert "--kv-cache-dtype bf16" in text and "--attention-backend cutedsl_mla" in text
+
+
+def test_the_canonical_value_implies_nothing_even_over_an_alias_in_the_config_file(tmp_path):
+    path = _config(tmp_path, "attention_backend: tokenspeed_mla\n")
+    _, parsed = parse_flags(["--config", path])
+    assert parsed.values["kv_cache_dtype"] == "fp8_e4m3"
+    _, parsed = parse_flags(["--config", path, "--attention-backend", "cutedsl_mla"])
+    assert parsed.values == {"attention_backend": "cutedsl_mla"}

@@ -67,6 +67,14 @@ def test_an_exact_name_shows_the_flag_in_detail(capsys):
     assert "accepts:   one of: manual, auto, speed, memory" in out
 
 
+def test_the_detail_of_a_flag_lists_its_choice_metadata(capsys):
+    assert main(["--system", "diffusion", "attention_backend"]) == 0
+    out = capsys.readouterr().out
+    assert "  choice metadata (rules read meta(attention_backend).PROPERTY):" in out
+    assert "    ring (default false): Implements ring attention" in out
+    assert "      true: fa, fa3, fa4, sage_attn" in out
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--group", "nope"], "accord flags: unknown group 'nope' for --system llm; groups: device, disagg,"),
     (["--system", "sd"], "accord flags: unknown system 'sd' for --system; use one of: llm, diffusion."),

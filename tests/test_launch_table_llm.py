@@ -356,10 +356,13 @@ ROWS = [
         conflict=("attention_backend", "enable_deterministic_inference")),
 
     # --- page sizes, CUDA graphs, caches ---
-    Row("page1-b200", UPSTREAM + " AT13 (Accord keeps --page-size 1 and picks a backend that takes it)", "b200",
+    Row("page1-b200", UPSTREAM + " AT13 (upstream keeps its default trtllm_mha and rewrites the page size; oracle r13-0395)", "b200",
         "--model-path {model:Meta-Llama-3.1-8B-Instruct} --page-size 1",
-        {"attention_backend": "flashinfer", "page_size": 1},
-        note="upstream would keep trtllm_mha and overwrite the page size to 64"),
+        conflict=("page_size",),
+        note="the default kernel follows upstream; the typed page size it cannot take is a conflict (--relax: 64)"),
+    Row("page1-b200-flashinfer", UPSTREAM + " AT13 (a named kernel that takes page size 1)", "b200",
+        "--model-path {model:Meta-Llama-3.1-8B-Instruct} --page-size 1 --attention-backend flashinfer",
+        {"attention_backend": "flashinfer", "page_size": 1}),
     Row("trtllm-page1-b200", UPSTREAM + " AT13", "b200",
         "--model-path {model:Meta-Llama-3.1-8B-Instruct} --attention-backend trtllm_mha --page-size 1",
         conflict=("page_size",)),

@@ -103,3 +103,46 @@ def test_a_file_without_a_prefix_or_an_id_outside_it_is_an_error(tmp_path):
 def test_the_shipped_rules_are_within_the_readability_limits(system):
     """No exception list: every shipped rule and derived value meets the limits."""
     assert readability_problems(load_rules(system)) == {}
+
+
+# -- choice metadata ------------------------------------------------------------------------------
+
+def _lint_meta(tmp_path, rules=None):
+    from tests.toy import write_meta_toy
+    write_meta_toy(tmp_path, rules=rules)
+    path = tmp_path / "llm" / "toy.yaml"
+    path.write_text(yaml.safe_dump({"prefix": TOY_PREFIXES, **yaml.safe_load(path.read_text())}, sort_keys=False))
+    return lint(load_catalog("llm", tmp_path), load_rules("llm", tmp_path), FACT_KEYS, PRESETS, tmp_path)
+
+
+def test_rules_reading_every_metadata_property_are_clean(tmp_path):
+    assert _lint_meta(tmp_path) == []
+
+
+def test_a_literal_no_choice_has_is_a_comparison_that_never_changes(tmp_path):
+    from tests.toy import META_RULES
+    typo = {"id": "x.typo", "kind": "conflict", "when": "meta(attention_backend).vendor == 'nvida'", "reason": "typo"}
+    problems = _lint_meta(tmp_path, META_RULES + [typo])
+    assert problems == ["toy.yaml: rule x.typo compares meta(attention_backend).vendor with 'nvida', which no "
+                        "choice of attention_backend has (its values: null, nvidia); the comparison is constant"]
+
+
+def test_a_page_not_in_any_list_property_is_named_too(tmp_path):
+    from tests.toy import META_RULES
+    typo = {"id": "x.sm", "kind": "conflict", "when": "75 in meta(attention_backend).sms", "reason": "no such build"}
+    assert any("x.sm compares meta(attention_backend).sms with 75" in p for p in _lint_meta(tmp_path, META_RULES + [typo]))
+
+
+def test_a_property_no_rule_reads_is_dead_metadata(tmp_path):
+    from tests.toy import META_RULES
+    problems = _lint_meta(tmp_path, META_RULES[:1])   # nothing reads `sms` now
+    assert problems == ["catalog: choice_meta property 'sms' of attention_backend is read by no rule; remove it "
+                        "or read it as meta(attention_backend).sms"]
+
+
+def test_meta_of_an_unknown_property_fails_when_the_rules_load_naming_it(tmp_path):
+    from resolver.errors import UsageError
+    bad = {"id": "x.bad", "kind": "conflict", "when": "meta(attention_backend).vendr == 'nvidia'", "reason": "typo"}
+    with pytest.raises(UsageError, match=r"toy.yaml: rule 'x.bad': meta\(attention_backend\).vendr: flag "
+                                         r"'attention_backend' has no property 'vendr'; its properties: sms, vendor"):
+        _lint_meta(tmp_path, [bad])

@@ -18,7 +18,7 @@ from resolver.catalog import RULES_DIR, load_catalog
 from resolver.explain import find_conflicts
 from resolver.expr import parse
 from resolver.facts import load_facts
-from resolver.rules import load_rules, rule_files
+from resolver.rules import load_rules, plan_sources
 from resolver.solve import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +39,8 @@ def cache(tmp_path, monkeypatch):
 
 
 def plan_entries(folder: Path) -> list[Path]:
-    return sorted(folder.glob("plan-*.marshal")) if folder.exists() else []
+    """The rule-set entries (a miss also stores the catalog's own entry, left out here)."""
+    return sorted(p for p in folder.glob("plan-*.marshal") if not p.name.startswith("plan-catalog-")) if folder.exists() else []
 
 
 def answers(plan: Plan) -> list:
@@ -123,6 +124,29 @@ def test_an_edited_rule_file_is_never_answered_from_the_old_entry(tmp_path, cach
     assert len(plan_entries(cache)) == 2
 
 
+def test_edited_choice_metadata_in_the_catalog_rebuilds_the_rule_set(tmp_path, cache):
+    """`meta(flag).prop` compiles the catalog's metadata into the rule's code, so the catalog's
+    files are part of the rule set's key: an edit there must never be answered by the old code."""
+    root = tmp_path / "rules"
+    shutil.copytree(RULES_DIR, root)
+    rule = "attn.vendor.amd"
+    env_on_rocm = {"platform": "rocm"}
+
+    class Env:
+        def flag(self, name):
+            return "wave" if name == "attention_backend" else None
+
+        def fact(self, key):
+            return env_on_rocm[key]
+    assert load_rules("llm", root).by_id()[rule].when(Env())   # wave is an AMD kernel
+    path = root / "llm" / "flags" / "exec.kernel.yaml"
+    text = path.read_text(encoding="utf-8")
+    assert "wave: {vendor: amd}" in text
+    path.write_text(text.replace("wave: {vendor: amd}", "wave: {vendor: nvidia}"), encoding="utf-8")
+    assert not load_rules("llm", root).by_id()[rule].when(Env())
+    assert len(plan_entries(cache)) == 2
+
+
 @pytest.mark.parametrize("damage", [b"", b"not marshal data", None], ids=["empty", "garbage", "truncated"])
 def test_a_damaged_entry_is_ignored_and_rebuilt(cache, damage):
     expected = [r.id for r in load_rules("llm")]
@@ -145,8 +169,7 @@ def test_an_entry_under_another_name_is_not_trusted(cache):
 
 
 def _sources(system: str) -> list[Path]:
-    derived = RULES_DIR / system / "derived.yaml"
-    return ([derived] if derived.exists() else []) + rule_files(system)
+    return plan_sources(system)
 
 
 def test_an_empty_setting_switches_the_cache_off(tmp_path, monkeypatch):

@@ -150,3 +150,19 @@ def test_command_argv_keeps_the_users_order_and_applies_the_fix(plan):
     assert command_argv(plan.catalog, user, [Fix(changes=(("page_size", 16),), drops=("tp_size",))]) == \
         ["--attention-backend", "fa3", "--page-size", "16"]
     assert command_argv(plan.catalog, {"tp_size": 8}, [Fix(changes=(), drops=("tp_size",))]) == []
+
+
+def test_a_proof_prints_the_choice_metadata_the_rule_read(tmp_path, monkeypatch):
+    from resolver.catalog import load_catalog
+    from resolver.rules import load_rules
+    from resolver.solve import Plan
+    from tests.toy import A100, write_meta_toy
+    write_meta_toy(tmp_path)
+    plan = Plan(load_catalog("llm", tmp_path), load_rules("llm", tmp_path))
+    monkeypatch.setattr(api, "plan_for", lambda system: plan)
+    err = _conflict({"attention_backend": "flashinfer"}, A100)
+    text = render_conflict(err, width=200)
+    assert "rule      attn.sm.listed requires `gpu.sm in meta(attention_backend).sms`" in text
+    assert "derived   meta(attention_backend).sms = [90, 100] because attention_backend = flashinfer" in text
+    (step,) = [s for c in err.to_dict()["conflicts"] for s in c["proof"] if s["rule"] == "attn.sm.listed"]
+    assert "meta(attention_backend).sms = [90, 100] because attention_backend = flashinfer" in step["derived"]

@@ -150,3 +150,18 @@ def test_a_derived_value_constant_on_catalog_defaults_still_follows_the_flags_on
         assert (dp.values["cuda_graph_max_bs"], dp.origin["cuda_graph_max_bs"]) == (128, "cg.bs.dp")
         off = plan.solve({"enable_dp_attention": False, "tp_size": 2}, H100)
         assert off.values["cuda_graph_max_bs"] is None
+
+
+def test_a_rule_on_choice_metadata_steers_a_decision(tmp_path):
+    """`meta(attention_backend).sms` is read while the solver tries candidates: on SM 8.0 the
+    preferred flashinfer (built for SM 9.0 and 10.0 only) is skipped for triton."""
+    from resolver.catalog import load_catalog
+    from resolver.rules import load_rules
+    from resolver.solve import Plan
+    from tests.toy import A100, write_meta_toy
+    write_meta_toy(tmp_path)
+    plan = Plan(load_catalog("llm", tmp_path), load_rules("llm", tmp_path))
+    on_a100 = plan.solve({}, A100)
+    assert on_a100.values["attention_backend"] == "triton"
+    assert plan.solve({}, B200).values["attention_backend"] == "flashinfer"
+    assert not plan.solve({"attention_backend": "flashinfer"}, A100).satisfiable

@@ -77,3 +77,33 @@ def write_toy(root: Path) -> Path:
 def toy_plan(root: Path) -> Plan:
     write_toy(root)
     return Plan(load_catalog("llm", root), load_rules("llm", root))
+
+
+# The toy with choice metadata (`choice_meta`): what each attention kernel is built for, read by
+# rules as `meta(attention_backend).vendor` and `meta(attention_backend).sms`.
+KERNEL_META = {
+    "properties": {
+        "vendor": {"default": None, "about": "The hardware vendor the kernel is built for."},
+        "sms": {"default": None, "about": "The compute capabilities it has kernels for (null: any)."},
+    },
+    "choices": {"fa3": {"vendor": "nvidia", "sms": [90]}, "flashinfer": {"vendor": "nvidia", "sms": [90, 100]}},
+}
+META_RULES = [
+    {"id": "attn.vendor.nvidia", "kind": "require", "when": "meta(attention_backend).vendor == 'nvidia'",
+     "require": "platform == 'cuda'", "reason": "These kernels are built for NVIDIA GPUs only."},
+    {"id": "attn.sm.listed", "kind": "require", "when": "meta(attention_backend).sms is not None",
+     "require": "gpu.sm in meta(attention_backend).sms", "reason": "The kernel has no build for this GPU."},
+]
+A100 = {**H100, "gpu.sm": 80}
+
+
+def write_meta_toy(root: Path, meta: dict | None = None, rules: list | None = None) -> Path:
+    """The toy with `meta` (default KERNEL_META) on attention_backend and `rules` (default
+    META_RULES) added to its rules."""
+    write_toy(root)
+    flags = [dict(f, choice_meta=meta or KERNEL_META) if f["name"] == "attention_backend" else f
+             for f in CATALOG["flags"]]
+    (root / "llm" / "flags.yaml").write_text(yaml.safe_dump(dict(CATALOG, flags=flags)))
+    toy = dict(RULES, rules=RULES["rules"] + (META_RULES if rules is None else rules))
+    (root / "llm" / "toy.yaml").write_text(yaml.safe_dump(toy, sort_keys=False))
+    return root

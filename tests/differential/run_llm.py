@@ -5,8 +5,13 @@ Why a fixture: the oracle needs the sglang wheel and about a minute; the test su
 The fixture is data generated here (commands and upstream's answers), replayed by
 tests/test_differential_llm.py against the current rules.
 
-usage: python -m tests.differential.run_llm [--seed N] [--random N] [--oracle PATH] [FIXTURE]
-(default FIXTURE: tests/differential/fixtures/llm_oracle.json)
+usage: python -m tests.differential.run_llm [--seed N] [--random N] [--random-only] [--oracle PATH] [FIXTURE]
+(default FIXTURE: tests/differential/fixtures/llm_oracle.json). The fixtures kept:
+  llm_oracle.json      --seed 13 --random 400 (with the hand-picked cases)
+  llm_oracle_r29.json  --seed 29 --random 300 --random-only (a fresh batch, scored after the rules
+                       were tuned on the first one)
+  llm_oracle_r41.json  --seed 41 --random 200 --random-only (another, scored after the seed-29 fixes)
+  llm_oracle_r53.json  --seed 53 --random 200 --random-only (another, scored after the seed-41 fixes)
 """
 
 from __future__ import annotations
@@ -47,11 +52,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--random", type=int, default=400)
     parser.add_argument("--oracle", default=DEFAULT_ORACLE)
+    parser.add_argument("--random-only", action="store_true",
+                        help="leave the hand-picked cases out (a further batch of fresh random commands)")
     parser.add_argument("fixture", nargs="?", default=str(DEFAULT_FIXTURE))
     opts = parser.parse_args(argv)
-    cases = gen_llm.hand_cases() + gen_llm.random_cases(opts.random, opts.seed)
+    hand = [] if opts.random_only else gen_llm.hand_cases()
+    cases = hand + gen_llm.random_cases(opts.random, opts.seed)
     answers = run_oracle(cases, opts.oracle)
-    fixture = {"generator": {"seed": opts.seed, "random": opts.random, "sglang": "0.5.23"},
+    fixture = {"generator": {"seed": opts.seed, "random": opts.random, "hand": not opts.random_only,
+                             "sglang": "0.5.23"},
                "cases": cases, "oracle": {cid: _trim(a) for cid, a in sorted(answers.items())}}
     Path(opts.fixture).write_text(json.dumps(fixture, indent=1, sort_keys=True) + "\n")
     print(f"{len(cases)} cases -> {opts.fixture}")

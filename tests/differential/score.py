@@ -5,7 +5,7 @@ Accord's API and compares it with the oracle's answer: accept/reject first, then
 every field upstream resolved that Accord also has (after mapping upstream's names and encodings
 onto Accord's). A case agrees when both reject, or both accept and every compared field matches.
 
-usage: python -m tests.differential.score FIXTURE.json [--show N] [--ids]
+usage: python -m tests.differential.score FIXTURE.json [FIXTURE.json ...] [--show N] [--ids] [--table T]
 prints the agreement %, then disagreements by field and by case.
 """
 
@@ -131,6 +131,19 @@ def load_fixture(path: str | Path) -> dict:
     return json.loads(Path(path).read_text())
 
 
+def load_fixtures(paths) -> dict:
+    """Several fixtures as one (their case ids are distinct: the seed is in every random id)."""
+    merged: dict = {"cases": [], "oracle": {}}
+    for path in paths:
+        fixture = load_fixture(path)
+        clash = set(fixture["oracle"]) & set(merged["oracle"])
+        if clash:
+            raise ValueError(f"{path} repeats case ids {sorted(clash)[:5]}")
+        merged["cases"] += fixture["cases"]
+        merged["oracle"].update(fixture["oracle"])
+    return merged
+
+
 def write_table(path: Path, results: dict) -> None:
     """The known-disagreement table: case -> fields, reason, why (reasons kept from the old file)."""
     import yaml
@@ -142,20 +155,21 @@ def write_table(path: Path, results: dict) -> None:
             cases[cid] = {"fields": sorted({d[0] for d in diffs}),
                           "reason": known.get("reason", "TODO"), "why": known.get("why", "")}
     header = ("# LLM cases where Accord deliberately differs from upstream SGLang 0.5.23 (see\n"
-              "# tests/test_differential_llm.py). reason: seed wins | upstream bug | launch-time truth.\n"
-              "# Regenerate the list with `python -m tests.differential.score FIXTURE --table THIS`.\n")
+              "# tests/test_differential_llm.py). reason: seed wins | upstream bug | launch-time truth | open.\n"
+              "# Regenerate the list with `python -m tests.differential.score FIXTURE... --table THIS`\n"
+              "# (all the LLM fixtures at once, or the other fixtures' cases are dropped).\n")
     path.write_text(header + yaml.safe_dump({"cases": cases}, sort_keys=True, width=100))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("fixture")
+    parser.add_argument("fixture", nargs="+", help="one or more fixtures, scored together")
     parser.add_argument("--show", type=int, default=3, help="example cases per field (default 3)")
     parser.add_argument("--ids", action="store_true", help="list every disagreeing case")
     parser.add_argument("--table", help="rewrite this disagreement table (keeps known reasons; new "
                                         "cases get reason TODO to be classified by hand)")
     opts = parser.parse_args(argv)
-    fixture = load_fixture(opts.fixture)
+    fixture = load_fixtures(opts.fixture)
     results = score(fixture)
     by_field: dict[str, list[str]] = collections.defaultdict(list)
     for cid, diffs in results.items():
