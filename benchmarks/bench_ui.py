@@ -8,9 +8,11 @@ the last (goal: <= 50 ms), per endpoint, and two baselines from the same run: th
 for the same answers with no HTTP (`run_cli` in process) and an HTTP round trip computing nothing.
 
 Each change is computed, not remembered: the per-launch values the solver keeps (`Plan.shared`)
-are dropped before every change, so walking the session again does not answer from memory (the
-two requests of one change do share them, as they do for the page). The first walk, where every
-launch shape is new to the solver's analysis too, is printed on its own.
+and the server's outcomes (`OUTCOMES`, one solve per launch) are dropped before every change, so
+walking the session again does not answer from memory (the two requests of one change do share
+them, as they do for the page). The first walk, where every launch shape is new to the solver's
+analysis too, is printed on its own, and so is a change back to a launch the server has answered
+(the page's undo, or a toggle back), which its outcomes answer without solving.
 
     python benchmarks/bench_ui.py [--rounds N]
 """
@@ -30,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from resolver.api import plan_for  # noqa: E402
-from resolver.commands.ui import command_for, running, run_cli  # noqa: E402
+from resolver.commands.ui import OUTCOMES, command_for, running, run_cli  # noqa: E402
 from resolver.model_facts import BUILTIN_MODELS  # noqa: E402
 
 MODEL = ["--model-path", str(BUILTIN_MODELS["llm"])]
@@ -68,9 +70,12 @@ def post(base: str, endpoint: str, body: dict) -> tuple[int, float]:
     return status, (time.perf_counter() - start) * 1e3
 
 
-def change(base: str, body: dict, per_endpoint: dict) -> tuple[float, float]:
-    """One change as the page makes it: (ms to the first answer, ms to the last)."""
-    plan_for(body["system"]).forget_values()
+def change(base: str, body: dict, per_endpoint: dict, remembered: bool = False) -> tuple[float, float]:
+    """One change as the page makes it: (ms to the first answer, ms to the last); computed afresh
+    unless `remembered`."""
+    if not remembered:
+        plan_for(body["system"]).forget_values()
+        OUTCOMES.forget()
     status, first = post(base, "resolve", body)
     per_endpoint["resolve"].append(first)
     endpoint = "proof" if status == 409 else "dry-run"
@@ -109,6 +114,13 @@ def main() -> None:
                 if len(first_walk) < len(SESSION):
                     first_walk.append(to_last)
                 baseline.append(cli_work(facts, args))
+        repeat = []
+        for walk in range(2):  # the first walk fills the outcomes, the second is answered from them
+            for facts, args in SESSION:
+                body = {"system": "llm", "facts": facts, "args": args}
+                to_last = change(base, body, {"resolve": [], "dry-run": [], "proof": []}, remembered=True)[1]
+                if walk:
+                    repeat.append(to_last)
         empty = []
         for _ in range(50):
             start = time.perf_counter()
@@ -126,6 +138,8 @@ def main() -> None:
     print(f"  CPU per change, all answers:    {statistics.median(cpu):7.1f} ms   (server and client CPU time: "
           "what a change costs when the machine is not shared)")
     print(f"  first walk only, all answers:   {statistics.median(first_walk):7.1f} ms   (every launch shape new)")
+    print(f"  a change back, all answers:     {statistics.median(repeat):7.1f} ms   (a launch answered before: "
+          "from the server's outcomes)")
     for endpoint, times in per_endpoint.items():
         if times:
             print(f"  median /api/{endpoint:<8}             {statistics.median(times):7.1f} ms  ({len(times)} calls)")

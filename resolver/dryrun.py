@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import weakref
 from typing import Any, Iterable, Mapping
 
 from resolver.api import plan_for, resolve
@@ -73,18 +74,33 @@ def _backend_words() -> tuple[frozenset, frozenset, frozenset]:
     return frozenset(spec["any_word"]), frozenset(spec["last_word"]), frozenset(spec["skip_types"])
 
 
+# Per compiled plan, what depends on its rules alone: the backend-like flags, and each choice
+# flag's values. Every dry run (each change on the configurator's page) asks for both again.
+_STATIC: weakref.WeakKeyDictionary[Plan, dict] = weakref.WeakKeyDictionary()
+
+
+def _static(plan: Plan) -> dict:
+    memo = _STATIC.get(plan)
+    if memo is None:
+        memo = _STATIC[plan] = {"values": {}}
+    return memo
+
+
 def backend_like(plan: Plan) -> list[str]:
     """Choice flags that select an implementation or a data type and have values to try."""
-    any_word, last_word, skip_types = _backend_words()
-    names = []
-    for flag in plan.catalog:
-        words = flag.name.split("_")
-        named = any_word.intersection(words) or (len(words) > 1 and words[-1] in last_word)
-        if flag.type in skip_types or not named:
-            continue
-        if values_of(plan, flag.name):
-            names.append(flag.name)
-    return names
+    memo = _static(plan)
+    if "backend_like" not in memo:
+        any_word, last_word, skip_types = _backend_words()
+        names = []
+        for flag in plan.catalog:
+            words = flag.name.split("_")
+            named = any_word.intersection(words) or (len(words) > 1 and words[-1] in last_word)
+            if flag.type in skip_types or not named:
+                continue
+            if values_of(plan, flag.name):
+                names.append(flag.name)
+        memo["backend_like"] = tuple(names)
+    return list(memo["backend_like"])
 
 
 def values_of(plan: Plan, name: str, facts: Iterable[Mapping[str, Any]] = ()) -> list[Any]:
@@ -96,6 +112,14 @@ def values_of(plan: Plan, name: str, facts: Iterable[Mapping[str, Any]] = ()) ->
     flag = plan.catalog[name]
     if flag.finite_domain is None and flag.type in CANDIDATE_TYPES:
         return candidate_values(plan, name, facts)
+    known = _static(plan)["values"]
+    if name not in known:
+        known[name] = tuple(_choice_values(plan, name))
+    return list(known[name])
+
+
+def _choice_values(plan: Plan, name: str) -> list[Any]:
+    flag = plan.catalog[name]
     ordered = list(plan.domain(name)) if name in plan.prefer_rules else []
     extra = flag.finite_domain if flag.finite_domain is not None else sorted(mentioned_values(plan, name), key=str)
     for value in extra:
@@ -171,6 +195,13 @@ def dry_run(system: str, user: Mapping[str, Any], facts: Mapping[str, Any],
     plan = plan_for(system)
     names = selected_flags(plan, only, facts)
     config = resolve(system, user, facts)
+    return config, judge(plan, names, user, facts, config)
+
+
+def judge(plan: Plan, names: list[str], user: Mapping[str, Any], facts: Mapping[str, Any],
+          config: ResolvedConfig) -> list[Choice]:
+    """Each named flag's verdicts against a configuration `user` and `facts` already resolved to
+    (the configurator resolves a launch once and answers both the command and its choices from it)."""
     pinning = Pinning(plan, user, facts, config)
     choices = []
     for name in names:
@@ -185,7 +216,7 @@ def dry_run(system: str, user: Mapping[str, Any], facts: Mapping[str, Any],
         prov = config.provenance[name]
         choices.append(Choice(name, config.values[name], prov.get("rule") or prov["source"],
                               tuple(legal), tuple(excluded), tuple(derived)))
-    return config, choices
+    return choices
 
 
 def _deciding_values(plan: Plan, config: ResolvedConfig, pinned: Mapping[str, Any], facts: Mapping[str, Any],

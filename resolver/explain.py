@@ -3,6 +3,8 @@
 A conflict is *minimal*: the user values and hard rules it names are together unsatisfiable, and
 dropping any one of them makes the rest satisfiable. We find it with QuickXplain (divide and
 conquer over the candidates), and every check is cheap because facts and user values are constants.
+The checks all ask about commands near the user's (a subset of the rules, a few values dropped), so
+they go through resolver/nearby.py, which answers each from what the nearby commands' solves found.
 
 Each conflict carries its verified fixes, found and ranked by resolver/fixes.py.
 """
@@ -15,6 +17,7 @@ from typing import Any, Iterable, Mapping
 
 from resolver.expr import Expr, UnknownFact, dotted_name, meta_read
 from resolver.fixes import Fix, find_fixes
+from resolver.nearby import nearby_for, seed_from_all
 from resolver.report import describe_value
 from resolver.rules import Derived, Rule
 from resolver.solve import Env, Plan
@@ -59,24 +62,31 @@ def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]
     defaults come back, which may break some other rule.
     """
     found: list[tuple[list[str], list[Rule]]] = []
+    # What solving each command gave, shared by every step; each command below is the launch with
+    # some values dropped, so it starts from what the launch's own solve found (resolver/nearby.py).
+    cache: dict = {}
+    before = nearby_for(plan, user, facts, cache)
     remaining = dict(user)
-    while not plan.satisfiable(remaining, facts):
-        broken = minimal_rules(plan, remaining, facts)
+    while before.decisions() is None:  # not satisfiable
+        broken = minimal_rules(plan, remaining, facts, cache=cache)
         flags = minimal_flags(plan, remaining, facts, broken)
-        rules = minimal_rules(plan, {k: remaining[k] for k in flags}, facts, broken)
+        rules = minimal_rules(plan, {k: remaining[k] for k in flags}, facts, broken, cache)
         found.append((flags, rules))
         if not flags:
             break  # the facts alone are contradictory: nothing the user can drop separates more
         for name in flags:
             remaining.pop(name)
+        seed_from_all(cache, remaining)
+        before = nearby_for(plan, remaining, facts, cache)
     found.sort(key=lambda item: [plan.order[name] for name in item[0]])
     conflicts = []
     for flags, rules in found:
         # Judge each conflict's fixes without the others, so independent conflicts each get theirs.
         others = {name for other, _ in found if other is not flags for name in other}
         isolated = {k: v for k, v in user.items() if k not in others}
+        seed_from_all(cache, isolated)
         read_facts = sorted(set().union(*(r.reads_facts for r in rules)) & set(facts))
-        fixes = find_fixes(plan, isolated, facts, flags, rules)
+        fixes = find_fixes(plan, isolated, facts, flags, rules, cache)
         conflicts.append(Conflict(tuple(flags), tuple(r.id for r in rules), tuple(read_facts), tuple(fixes)))
     return conflicts
 
@@ -90,10 +100,12 @@ def minimal_flags(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
 
 
 def minimal_rules(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
-                  rules: list[Rule] | None = None) -> list[Rule]:
-    """A minimal set of hard rules (from `rules`, default all) that, with `user`, is unsatisfiable."""
+                  rules: list[Rule] | None = None, cache: dict | None = None) -> list[Rule]:
+    """A minimal set of hard rules (from `rules`, default all) that, with `user`, is unsatisfiable
+    (`cache`: the explanation's `Nearby` objects)."""
     pool = list(plan.hard_rules if rules is None else rules)
-    core = set(id(r) for r in quickxplain(pool, lambda subset: not plan.satisfiable(user, facts, subset)))
+    nearby = nearby_for(plan, user, facts, cache)  # most checks need no solve (resolver/nearby.py)
+    core = set(id(r) for r in quickxplain(pool, nearby.rules_unsatisfiable))
     return [r for r in pool if id(r) in core]
 
 

@@ -24,6 +24,7 @@ import json
 from typing import Any, Mapping
 
 from resolver.expr import UnknownFact
+from resolver.nearby import nearby_for
 from resolver.rules import Rule
 from resolver.solve import Env, Plan, RelaxedValues
 
@@ -89,46 +90,58 @@ def combine(fixes: list[Fix]) -> Fix | None:
 
 
 def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
-               flags: list[str], rules: list[Rule]) -> list[Fix]:
-    """The verified fixes of one conflict (its user `flags` and `rules`), best first."""
-    proposals = _proposals(plan, user, facts, flags, rules)
-    seen, verified = set(), []
-    for order, fix in enumerate(proposals):
-        if fix.size() == 0 or fix.key() in seen:
+               flags: list[str], rules: list[Rule], cache: dict | None = None) -> list[Fix]:
+    """The verified fixes of one conflict (its user `flags` and `rules`), best first (`cache`: the
+    explanation's `Nearby` objects, see resolver/nearby.py).
+
+    Rank, smaller first: (changed flags, not the rule's own hint, warnings the fix adds, typed
+    values changed or dropped, preference order). A hint is upstream's answer (or the rule
+    author's), so at equal size it comes first and `--relax` reproduces upstream; among the other
+    ways out, those that add no warning (weights that no longer fit, say) and keep every typed
+    value (adding a flag instead) keep the user's intent best.
+
+    Only what can reach the first MAX_FIXES places is verified and ranked. The rank's first two
+    parts (size, hint or not) and last two (typed values touched, preference order) need no solve,
+    so the candidates are taken group by group (equal size and hint-ness), each group in
+    (touched, order) order; within a group a fix that adds no warning cannot be passed by a later
+    one, so the group is done once enough verified fixes add none. The result is the same as
+    verifying and ranking every candidate.
+    """
+    seen, groups = set(), {}
+    for order, fix in enumerate(_proposals(plan, user, facts, flags, rules)):
+        key = fix.key()
+        if fix.size() == 0 or key in seen:
             continue
-        seen.add(fix.key())
-        if plan.satisfiable(fix.apply(user), facts):
-            verified.append((order, fix))
-    before = _warnings(plan, user, facts)
-    ranked = sorted(verified, key=lambda item: (*rank(plan, user, facts, item[1], before), item[0]))
-    return [fix for _, fix in ranked][:MAX_FIXES]
-
-
-def rank(plan: Plan, user, facts, fix: Fix, before: set[str]) -> tuple[int, int, int, int]:
-    """Smaller is better: (changed flags, not the rule's own hint, warnings the fix adds, typed
-    values changed or dropped). A hint is upstream's answer (or the rule author's), so at equal
-    size it comes first and `--relax` reproduces upstream; among the other ways out, those that
-    add no warning (weights that no longer fit, say) and keep every typed value (adding a flag
-    instead) keep the user's intent best."""
-    touched = sum(1 for name in fix.flags() if name in user)
-    added = len(_warnings(plan, fix.apply(user), facts) - before)
-    return fix.size(), 0 if fix.rule else 1, added, touched
-
-
-def _warnings(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]) -> set[str]:
-    """Ids of the warn rules that fire for a command (empty when it does not resolve)."""
-    outcome = plan.solve(user, facts)
-    if not outcome.satisfiable:
-        return set()
-    env = Env(plan, user, facts, outcome.values)
-    fired = set()
-    for rule in plan.warn_rules:
-        try:
-            if rule.when is None or rule.when(env):
-                fired.add(rule.id)
-        except UnknownFact:
-            continue
-    return fired
+        seen.add(key)
+        touched = sum(1 for name in fix.flags() if name in user)
+        groups.setdefault((fix.size(), 0 if fix.rule else 1), []).append((touched, order, fix))
+    nearby = nearby_for(plan, dict(user), facts, cache)  # `Fix.apply` gives plain dicts
+    before: set[str] | None = None
+    chosen: list[Fix] = []
+    for key in sorted(groups):
+        room = MAX_FIXES - len(chosen)
+        if room <= 0:
+            break
+        members = sorted(groups[key], key=lambda item: item[:2])
+        scored, clean = [], 0
+        for touched, order, fix in members:
+            solved = nearby.solve(fix.apply(user), fix.flags())
+            if solved is None:
+                continue
+            if len(members) == 1:
+                scored.append((0, touched, order, fix))  # alone in its group: nothing to order
+                break
+            if before is None:
+                decided = plan.decisions(user, facts)
+                before = set() if decided is None else nearby.command_warnings(user, decided)
+            added = len(nearby.warnings(solved) - before)
+            scored.append((added, touched, order, fix))
+            clean += added == 0
+            if clean == room:
+                break
+        scored.sort(key=lambda item: item[:3])
+        chosen += [fix for *_, fix in scored[:room]]
+    return chosen
 
 
 def _proposals(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],

@@ -45,13 +45,13 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-def _thaw(value: Any) -> Any:
+def thaw(value: Any) -> Any:
     if type(value) in _SCALARS:
         return value
     if isinstance(value, (dict, MappingProxyType)) or isinstance(value, Mapping):
-        return {k: v if type(v) in _SCALARS else _thaw(v) for k, v in value.items()}
+        return {k: v if type(v) in _SCALARS else thaw(v) for k, v in value.items()}
     if isinstance(value, tuple):
-        return [_thaw(v) for v in value]
+        return [thaw(v) for v in value]
     return value
 
 
@@ -68,7 +68,7 @@ class ResolvedConfig:
     def __init__(self, system: str, facts: Mapping[str, Any], values: Mapping[str, Any],
                  provenance: Mapping[str, Any] | None = None, warnings: list[str] | tuple = (),
                  expected_hash: str | None = None):
-        digest = config_hash(system, _thaw(facts), _thaw(values))
+        digest = config_hash(system, thaw(facts), thaw(values))
         if expected_hash is not None and expected_hash != digest:
             raise ConfigHashMismatch(
                 f"resolved config hash mismatch: expected {expected_hash[:12]}..., content hashes to "
@@ -89,9 +89,9 @@ class ResolvedConfig:
     def to_dict(self) -> dict:
         return {
             "system": self.system,
-            "facts": _thaw(self.facts),
-            "values": _thaw(self.values),
-            "provenance": _thaw(self.provenance),
+            "facts": thaw(self.facts),
+            "values": thaw(self.values),
+            "provenance": thaw(self.provenance),
             "warnings": list(self.warnings),
             "hash": self.hash,
         }

@@ -103,7 +103,10 @@ class Space:
         self._nogood_set: set[frozenset] = set()
         # by the nogood's flag items, the context items (preset, model) each comes with: a row's
         # flag items are few, so `doomed` looks up each subset of them instead of scanning
-        self._nogoods_by_flags: dict[frozenset, list[frozenset]] = {}
+        # (sorted tuples: the subsets `combinations` yields of a row's sorted items), and the sizes
+        # of those flag parts, so no lookup is made for a size no nogood has
+        self._nogoods_by_flags: dict[tuple, list[frozenset]] = {}
+        self._nogood_sizes: set[int] = set()
 
     def user(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """The launch flags of a (partial) row: the fixed ones, its model's path, its pinned values."""
@@ -174,18 +177,22 @@ class Space:
             return
         self.nogoods.append(nogood)
         self._nogood_set.add(nogood)
-        flags = frozenset(item for item in nogood if item[0] not in CONTEXT_AXES)
-        self._nogoods_by_flags.setdefault(flags, []).append(nogood - flags)
+        flags = tuple(sorted(item for item in nogood if item[0] not in CONTEXT_AXES))
+        self._nogoods_by_flags.setdefault(flags, []).append(nogood.difference(flags))
+        self._nogood_sizes.add(len(flags))
 
     def doomed(self, row: Mapping[str, Any]) -> bool:
         """The row holds a known nogood."""
         items = _items(row)
         context = frozenset(item for item in items if item[0] in CONTEXT_AXES)
-        flags = [item for item in items if item[0] not in CONTEXT_AXES]
-        for size in range(len(flags) + 1):
-            for group in itertools.combinations(flags, size):
-                if any(c <= context for c in self._nogoods_by_flags.get(frozenset(group), ())):
-                    return True
+        flags = sorted(item for item in items if item[0] not in CONTEXT_AXES)
+        by_flags = self._nogoods_by_flags
+        for size in self._nogood_sizes:
+            if size <= len(flags):
+                for group in itertools.combinations(flags, size):
+                    contexts = by_flags.get(group)
+                    if contexts is not None and any(c <= context for c in contexts):
+                        return True
         return False
 
     def hopeless(self, row: Mapping[str, Any]) -> bool:

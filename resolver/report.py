@@ -23,8 +23,8 @@ def flag_arg(catalog: Catalog, name: str, value: Any) -> str:
         return f"(omit {spelling})"
     if isinstance(value, (list, tuple)):
         return f"{spelling} " + " ".join(_scalar(v) for v in value)
-    if isinstance(value, dict):
-        return f"{spelling} '{json.dumps(value, sort_keys=True)}'"
+    if isinstance(value, Mapping):  # a JSON flag's object (a read-only mapping in a resolved config)
+        return f"{spelling} '{json.dumps(value, sort_keys=True, default=dict)}'"
     return f"{spelling} {_scalar(value)}"
 
 
@@ -36,7 +36,8 @@ def _scalar(value: Any) -> str:
 
 
 def describe_value(value: Any) -> str:
-    return json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
+    # default=dict: a resolved config holds JSON objects as read-only mappings (frozen.py)
+    return json.dumps(value, sort_keys=True, default=dict) if not isinstance(value, str) else value
 
 
 def fix_text(catalog: Catalog, fix) -> str:

@@ -433,6 +433,20 @@ class Plan:
         rules = self.hard_rules if hard_rules is None else hard_rules
         return self._decide(user, facts, rules, self.shared(user, facts))[1]
 
+    def decisions(self, user: Mapping[str, Any], facts: Mapping[str, Any],
+                  hard_rules: list[Rule] | None = None) -> dict[str, Any] | None:
+        """The decisions `solve` makes (None: unsatisfiable), without resolving every other flag:
+        explanations read the few values they need through an `Env` (resolver/nearby.py)."""
+        rules = self.hard_rules if hard_rules is None else hard_rules
+        decided, ok, _, _ = self._decide(user, facts, rules, self.shared(user, facts))
+        return decided if ok else None
+
+    def decision_groups(self, user: Mapping[str, Any]) -> list[tuple[tuple[str, ...], tuple[Rule, ...]]]:
+        """The independent groups of decisions for these set flags, each with the hard rules that
+        read its decisions (resolver/nearby.py re-decides only the groups a change reaches)."""
+        return [(tuple(var for var, *_ in steps), tuple(rule for *_, closing in steps for rule in closing))
+                for steps in self._structure(user, self.hard_rules)[2]]
+
     def shared(self, user: Mapping[str, Any], facts: Mapping[str, Any]) -> Shared:
         """The decision-free values of these user values and facts (kept for the last few pairs:
         an explanation solves the same launch under many rule subsets, the UI asks it again)."""

@@ -238,6 +238,22 @@ def test_relax_of_tp_16_keeps_the_most_parallelism_that_fits_one_node(capsys):
     assert data["relaxed"] == [{"flag": "tp_size", "from": 16, "to": 8, "rule": "par.world_size.fits_gpus"}]
 
 
+
+def test_a_json_flag_value_prints_in_the_table_and_in_relaxed_changes(capsys):
+    """A JSON object flag (held read-only in the resolved config) prints as JSON text in the value
+    table, and `--relax` that drops it reports the object it dropped, in text and in --json."""
+    config = '{"protected_threshold": 3}'
+    code, out, _ = run(capsys, "resolve", "--facts", "h100", "--radix-eviction-policy", "slru",
+                       "--radix-eviction-policy-config", config)
+    assert code == 0 and '{"protected_threshold": 3}' in out
+    limit = ["--facts", "h100", "--limit-mm-data-per-request", '{"images": 2}']
+    code, out, _ = run(capsys, "resolve", "--json", "--relax", *limit)
+    assert code == 0
+    assert json.loads(out)["relaxed"] == [{"flag": "limit_mm_data_per_request", "from": {"images": 2},
+                                          "to": None, "rule": "mm.limit_per_request.modalities"}]
+    code, _, err = run(capsys, "resolve", "--relax", *limit)
+    assert code == 0 and "dropped --limit-mm-data-per-request '{\"images\": 2}'" in err
+
 LLAMA_70B = {   # meta-llama/Llama-3.1-70B-Instruct config.json, the fields the model facts read
     "architectures": ["LlamaForCausalLM"], "hidden_size": 8192, "intermediate_size": 28672,
     "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 80,

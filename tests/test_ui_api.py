@@ -67,6 +67,41 @@ def test_answers_are_the_cli_json_byte_for_byte(api, endpoint, head, tail, args,
     assert body == expected.stdout
 
 
+@pytest.mark.parametrize("args, status", [
+    (["--model-path", MODEL, "--tp", "8", "--kv-cache-dtype", "nvfp4"], 409),
+    (["--model-path", MODEL, "--tp", "2"], 200),
+])
+def test_the_requests_of_one_change_share_a_solve_and_each_is_the_cli_answer(api, args, status):
+    """The page asks for the configuration, then the choices and the proof of the same launch: the
+    server solves it once, and every answer (asked twice, from what it kept) is still the CLI's."""
+    body = {"system": "llm", "facts": "b200", "args": args}
+    cli_args = [*args, "--system", "llm", "--facts", "b200"]
+    expected = {"resolve": cli("resolve", *cli_args, "--json").stdout,
+                "dry-run": cli("resolve", *cli_args, "--dry-run", "--json").stdout}
+    proof = cli("resolve", *cli_args)
+    expected["proof"] = proof.stderr if status == 409 else proof.stdout + proof.stderr
+    for _ in range(2):
+        for endpoint in ("resolve", "dry-run", "proof"):
+            got_status, _, text = api(endpoint, body)
+            assert (got_status, text) == (status, expected[endpoint]), endpoint
+
+
+def test_an_edited_model_folder_is_answered_afresh(api, tmp_path):
+    """What the server keeps is keyed on the facts read for each request, so editing the model's
+    config.json between two identical requests changes the answer (4 heads: tp 8 cannot divide)."""
+    config = json.loads((Path(MODEL) / "config.json").read_text(encoding="utf-8"))
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({**config, "num_attention_heads": 4}), encoding="utf-8")
+    body = {"facts": "h100", "args": ["--model-path", str(folder), "--tp", "8"]}
+    assert api("resolve", body)[0] == 409
+    (folder / "config.json").write_text(json.dumps({**config, "num_attention_heads": 8, "num_key_value_heads": 8,
+                                                    "head_dim": 16}), encoding="utf-8")
+    status, _, text = api("resolve", body)
+    expected = cli("resolve", "--model-path", str(folder), "--tp", "8", "--json", "--facts", "h100")
+    assert (status, expected.returncode) == (200, 0) and text == expected.stdout
+
+
 def test_a_facts_object_answers_as_the_same_facts_file_does(api, tmp_path):
     facts = {"preset": "h100", "gpu": {"count": 2}}
     path = tmp_path / "facts.json"

@@ -16,7 +16,7 @@ from resolver.commands.options import add_fact_options
 from resolver.errors import EXIT_CONFLICT
 from resolver.facts import load_facts
 from resolver.flagparse import ParsedFlags, parse_flags
-from resolver.frozen import ResolvedConfig
+from resolver.frozen import ResolvedConfig, thaw
 from resolver.model_facts import model_path_warning
 
 
@@ -43,9 +43,14 @@ def resolve_command(argv: list[str], prog: str) -> tuple[argparse.Namespace, Par
     return opts, parsed, facts
 
 
+def conflict_json(err: ConflictError) -> str:
+    """`--json` for a launch with no legal configuration: every conflict, its proof and fixes."""
+    return json.dumps(err.to_dict(), indent=2, sort_keys=True)
+
+
 def print_conflict(err: ConflictError, as_json: bool) -> int:
     if as_json:
-        print(json.dumps(err.to_dict(), indent=2, sort_keys=True))
+        print(conflict_json(err))
     else:
         from resolver.proof import render_conflict, wants_color
         print(render_conflict(err, color=wants_color(sys.stderr)), file=sys.stderr)
@@ -77,18 +82,29 @@ def main(argv: list[str]) -> int:
     except ConflictError as err:
         return print_conflict(err, opts.json)
     if opts.json:
-        data = config.to_dict()
-        if opts.relax:
-            data["relaxed"] = relaxed_changes(config)
-        print(json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False))
+        print(config_json(config, opts.relax))
     else:
         print_config(config, opts.all)
     return 0
 
 
+def config_json(config: ResolvedConfig, relax: bool = False) -> str:
+    """`accord resolve --json`: the configuration (and, with `--relax`, what it changed)."""
+    data = config.to_dict()
+    if relax:
+        data["relaxed"] = relaxed_changes(config)
+    return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False)
+
+
+def dry_run_json(config: ResolvedConfig, choices) -> str:
+    """`accord resolve --dry-run --json`: the configuration's hash and every choice's verdicts."""
+    return json.dumps({"system": config.system, "hash": config.hash,
+                       "choices": [c.to_dict() for c in choices]}, indent=2, sort_keys=True)
+
+
 def relaxed_changes(config: ResolvedConfig) -> list[dict]:
     """What `--relax` changed, flag by flag: `{"flag", "from", "to", "rule"}` (null: unset)."""
-    return [{"flag": name, "from": prov.get("was"), "to": config.values[name], "rule": prov.get("rule")}
+    return [{"flag": name, "from": thaw(prov.get("was")), "to": thaw(config.values[name]), "rule": prov.get("rule")}
             for name, prov in config.provenance.items() if prov.get("source") == "relax"]
 
 
@@ -101,8 +117,7 @@ def main_dry_run(parsed, facts, opts) -> int:
     except ConflictError as err:
         return print_conflict(err, opts.json)
     if opts.json:
-        print(json.dumps({"system": config.system, "hash": config.hash,
-                          "choices": [c.to_dict() for c in choices]}, indent=2, sort_keys=True))
+        print(dry_run_json(config, choices))
     else:
         print(render(choices))
     return 0

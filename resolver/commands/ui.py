@@ -2,8 +2,9 @@
 
 It serves one page (plain HTML, CSS and a small script from `resolver/ui/static/`) and a JSON API.
 The API does not compute anything itself: every answer is what the `accord` command line prints for
-the same input, produced by running the CLI's own `main` in this process with its output captured,
-so the page, a script and a terminal can never disagree, byte for byte.
+the same input, printed by the CLI's own functions in this process with its output captured, so the
+page, a script and a terminal can never disagree, byte for byte. The requests of one change (the
+configuration, then its choices or its proof) share one solve of the launch (see `Outcomes`).
 
     POST /api/resolve   {"system", "facts", "args"}  ->  `accord resolve --json ARGS`
     POST /api/dry-run   {"system", "facts", "args"}  ->  `accord resolve --dry-run --json ARGS`
@@ -29,7 +30,7 @@ import json
 import sys
 import tempfile
 import threading
-from http import HTTPStatus
+from collections import OrderedDict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -121,13 +122,129 @@ def answer(endpoint: str, body: Any) -> tuple[int, str, str]:
     with _facts_option(facts) as facts_option:
         if endpoint == "fix":
             return _fix(body, system, args, facts_option)
-        code, out, err = run_cli(command_for(endpoint, system, args, facts_option))
+        argv = command_for(endpoint, system, args, facts_option)
+        answered = _from_outcome(endpoint, argv) if endpoint != "why" else None
+        code, out, err = answered if answered is not None else run_cli(argv)
     if endpoint == "proof":
         text = err if code == EXIT_CONFLICT else (out + err)
         return _status(code), "text/plain; charset=utf-8", text
     if code in (0, EXIT_CONFLICT) and out:
         return _status(code), "application/json", out
     return _status(code), "application/json", _error_json(err.strip() or out.strip())
+
+
+# -- one solve per launch, shared by the requests of one change ------------------------------------
+
+class Outcome:
+    """What `accord resolve` computes for one launch: its configuration or its conflict, and the
+    JSON texts printed from it so far (the dry run's by the flags it judged)."""
+
+    __slots__ = ("config", "conflict", "texts")
+
+    def __init__(self, config=None, conflict=None):
+        self.config, self.conflict, self.texts = config, conflict, {}
+
+    def text(self, key, make) -> str:
+        if key not in self.texts:
+            self.texts[key] = make()
+        return self.texts[key]
+
+
+class Outcomes:
+    """A bounded LRU of outcomes, keyed on the solver's exact inputs.
+
+    A change on the page asks for the configuration, then its choices or its proof: all three come
+    from one solve. The key is what the resolver reads (system, typed values and their sources,
+    parse warnings, and the facts as loaded for this request, model folder included), so the same
+    key gives the same bytes and an edited model or facts file is a new key, never a stale answer.
+    The resolver is deterministic and the rules are compiled once per process, so nothing else
+    can change an answer while the server runs.
+    """
+
+    def __init__(self, size: int = 64):
+        self.size = size
+        self._entries: OrderedDict[str, Outcome] = OrderedDict()
+
+    def get(self, key: str, compute) -> Outcome:
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        outcome = self._entries[key] = compute()
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+        return outcome
+
+    def forget(self) -> None:
+        """Drop every outcome (the benchmark measures changes computed, not remembered)."""
+        self._entries.clear()
+
+
+OUTCOMES = Outcomes()
+
+
+def _from_outcome(endpoint: str, argv: list[str]) -> tuple[int, str, str] | None:
+    """`accord resolve ...` for the resolve, dry-run and proof endpoints, printed by the CLI's own
+    functions from the launch's shared outcome; None where the CLI itself must answer (bad usage,
+    `--relax`, `--help`: rare, and their messages are the CLI's alone)."""
+    from resolver.errors import AccordError
+
+    out, err = io.StringIO(), io.StringIO()
+    with _CLI_LOCK, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = _print_answer(endpoint, argv)
+        except (AccordError, SystemExit):
+            return None
+    return (code, out.getvalue(), err.getvalue()) if code is not None else None
+
+
+def _print_answer(endpoint: str, argv: list[str]) -> int | None:
+    """Print what `accord ARGV` prints (ARGV: `resolve ...`), as `resolver.commands.resolve.main` does."""
+    from resolver.api import plan_for
+    from resolver.commands import resolve as command
+    from resolver.dryrun import judge, selected_flags
+
+    opts, parsed, facts, outcome = _outcome(argv[1:])
+    if opts.relax:
+        return None
+    if endpoint == "dry-run":
+        plan = plan_for(parsed.system)
+        names = selected_flags(plan, opts.only, facts)  # a bad --flag is refused first, as by the CLI
+    if outcome.conflict is not None and (opts.json or endpoint == "dry-run"):
+        print(outcome.text("conflict", lambda: command.conflict_json(outcome.conflict)))
+        return EXIT_CONFLICT
+    if outcome.conflict is not None:
+        return command.print_conflict(outcome.conflict, False)
+    if endpoint == "dry-run":
+        print(outcome.text(("dry-run", *names), lambda: command.dry_run_json(
+            outcome.config, judge(plan, names, parsed.values, facts, outcome.config))))
+    elif opts.json:
+        print(outcome.text("config", lambda: command.config_json(outcome.config)))
+    else:
+        command.print_config(outcome.config, opts.all)
+    return 0
+
+
+def _outcome(argv: list[str]):
+    """(options, parsed flags, facts, outcome) of `accord resolve ARGV`, solved at most once per key.
+    Call with `_CLI_LOCK` held."""
+    from resolver.commands.resolve import resolve_command
+
+    opts, parsed, facts = resolve_command(argv, "accord resolve")
+    if opts.relax:  # the CLI answers `--relax` itself; nothing to share
+        return opts, parsed, facts, None
+    key = json.dumps([parsed.system, parsed.values, parsed.sources, parsed.warnings, facts],
+                     sort_keys=True, default=repr)
+    return opts, parsed, facts, OUTCOMES.get(key, lambda: _solve(parsed, facts))
+
+
+def _solve(parsed, facts) -> Outcome:
+    from resolver.api import ConflictError, resolve
+
+    try:
+        return Outcome(config=resolve(parsed.system, parsed.values, facts, parsed.sources,
+                                      warnings=parsed.warnings))
+    except ConflictError as err:
+        return Outcome(conflict=err)
 
 
 def _status(code: int) -> int:
@@ -141,27 +258,27 @@ def _error_json(message: str, kind: str = "usage") -> str:
 def _fix(body: dict, system: str | None, args: list[str], facts_option: list[str]) -> tuple[int, str, str]:
     """One verified fix of the request's conflict as changes to make: `{"set": {...}, "drop": [...]}`.
 
-    The fixes are the ones `accord resolve --json` lists, in the same order (conflict i, fix j)."""
-    from resolver.api import ConflictError, resolve
-    from resolver.commands.resolve import resolve_command
-
+    The fixes are the ones `accord resolve --json` lists, in the same order (conflict i, fix j),
+    taken from the same shared outcome the page's conflict came from."""
     i, j = body.get("conflict"), body.get("fix")
     if not (isinstance(i, int) and isinstance(j, int)):
         raise BadRequest('"conflict" and "fix" must be the indexes (from 0) of a conflict and of one of its fixes.')
     argv = [*args, *(["--system", system] if system is not None else []), *facts_option]
     try:
         with _CLI_LOCK:
-            _, parsed, facts = resolve_command(argv, "accord resolve")
-            resolve(parsed.system, parsed.values, facts, parsed.sources, warnings=parsed.warnings)
-    except ConflictError as err:
-        if not (0 <= i < len(err.conflicts) and 0 <= j < len(err.conflicts[i].fixes)):
-            raise BadRequest(f"there is no fix {j} of conflict {i} for this command.") from None
-        fix = err.conflicts[i].fixes[j]
-        data = {"set": dict(fix.changes), "drop": list(fix.drops)}
-        return 200, "application/json", json.dumps(data, indent=2, sort_keys=True) + "\n"
+            _, _, _, outcome = _outcome(argv)
     except UsageError as err:
         return 400, "application/json", _error_json(f"accord resolve: {err}")
-    raise BadRequest("this command resolves; there is no conflict to fix.")
+    if outcome is None:
+        raise BadRequest("a fix is found for the command as typed; drop --relax from \"args\".")
+    err = outcome.conflict
+    if err is None:
+        raise BadRequest("this command resolves; there is no conflict to fix.")
+    if not (0 <= i < len(err.conflicts) and 0 <= j < len(err.conflicts[i].fixes)):
+        raise BadRequest(f"there is no fix {j} of conflict {i} for this command.")
+    fix = err.conflicts[i].fixes[j]
+    data = {"set": dict(fix.changes), "drop": list(fix.drops)}
+    return 200, "application/json", json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
 # -- catalog, presets, models ------------------------------------------------------------------------

@@ -1,0 +1,137 @@
+"""resolver/nearby.py: answers about neighbours of a command equal what solving them in full gives.
+
+The explanation of a conflict asks about dozens of commands near the user's; `Nearby` answers from
+the base command's own solve. These tests hold it to its contract with the real rules (the property
+does not depend on what the rules say): every answer equals a full solve of that command, and the
+fixes ranked lazily are exactly the fixes of verifying and ranking every candidate.
+"""
+
+import itertools
+
+import pytest
+
+from resolver.api import plan_for
+from resolver.expr import UnknownFact
+from resolver.facts import load_facts
+from resolver.fixes import MAX_FIXES, _proposals, find_fixes
+from resolver.explain import find_conflicts, minimal_rules
+from resolver.flagparse import parse_flags
+from resolver.nearby import Nearby, nearby_for
+from resolver.solve import Env
+
+# Conflicting launches of different kinds: a fact-bound backend, a size over the GPUs, a pair of
+# flags that must come together, a value that needs a decision changed.
+LAUNCHES = [
+    ("b200", ["--tp", "16", "--attention-backend", "fa3", "--kv-cache-dtype", "fp4_e2m1"]),
+    ("h100", ["--tp", "8", "--dp", "3", "--enable-dp-attention"]),
+    ("h100", ["--speculative-algorithm", "EAGLE3", "--speculative-eagle-topk", "4"]),
+    ("b200", ["--attention-backend", "trtllm_mha", "--speculative-algorithm", "NGRAM"]),
+    ("h100", ["--kv-cache-dtype", "fp4_e2m1", "--attention-backend", "triton"]),
+]
+
+
+def _launch(preset, argv):
+    _, parsed = parse_flags(argv)
+    facts = load_facts(preset, model_path=parsed.values.get("model_path"), system=parsed.system)
+    return plan_for(parsed.system), dict(parsed.values), facts
+
+
+def _warnings_by_full_solve(plan, values, facts):
+    """The warn rules firing for a command, read from `Plan.solve` as `accord resolve` does."""
+    outcome = plan.solve(values, facts)
+    if not outcome.satisfiable:
+        return set()
+    env = Env(plan, values, facts, outcome.values)
+    fired = set()
+    for rule in plan.warn_rules:
+        try:
+            if rule.when is None or rule.when(env):
+                fired.add(rule.id)
+        except UnknownFact:
+            continue
+    return fired
+
+
+def _conflicts(plan, user, facts):
+    """(each conflict's flags and rules, the launch without the other conflicts' flags), as
+    find_conflicts judges each conflict's fixes."""
+    by_id = plan.ruleset.by_id()
+    conflicts = find_conflicts(plan, user, facts)
+    for conflict in conflicts:
+        others = {name for c in conflicts if c is not conflict for name in c.flags}
+        isolated = {k: v for k, v in user.items() if k not in others}
+        yield list(conflict.flags), [by_id[rid] for rid in conflict.rules], isolated
+
+
+@pytest.mark.parametrize("preset, argv", LAUNCHES)
+def test_a_neighbour_is_satisfiable_with_the_decisions_of_a_full_solve(preset, argv):
+    plan, user, facts = _launch(preset, argv)
+    assert not plan.satisfiable(user, facts)
+    checked = 0
+    for flags, rules, isolated in _conflicts(plan, user, facts):
+        nearby = Nearby(plan, isolated, facts, {})
+        for fix in _proposals(plan, isolated, facts, flags, rules):
+            values = fix.apply(isolated)
+            found = nearby.solve(values, fix.flags())
+            assert (found.decided if found else None) == plan.decisions(values, facts), fix
+            if found is not None:
+                assert nearby.warnings(found) == _warnings_by_full_solve(plan, values, facts), fix
+                checked += 1
+    assert checked, "no satisfiable neighbour: the launch list no longer exercises the decisions"
+
+
+@pytest.mark.parametrize("preset, argv", LAUNCHES[:3])
+def test_a_rule_subset_is_unsatisfiable_exactly_when_the_solver_says_so(preset, argv):
+    plan, user, facts = _launch(preset, argv)
+    nearby = Nearby(plan, user, facts)
+    rules = plan.hard_rules
+    step = max(1, len(rules) // 12)
+    subsets = [rules[i:i + step * 3] for i in range(0, len(rules), step)]
+    subsets += [rules[::k] for k in (2, 3, 5)] + [list(rules)]
+    for subset in subsets:
+        assert nearby.rules_unsatisfiable(subset) == (not plan.satisfiable(user, facts, subset))
+
+
+@pytest.mark.parametrize("preset, argv", LAUNCHES)
+def test_lazy_ranking_gives_the_fixes_of_ranking_every_verified_candidate(preset, argv):
+    plan, user, facts = _launch(preset, argv)
+    for flags, rules, isolated in _conflicts(plan, user, facts):
+        assert find_fixes(plan, isolated, facts, flags, rules) == _every_candidate_ranked(
+            plan, isolated, facts, flags, rules)
+
+
+def _every_candidate_ranked(plan, user, facts, flags, rules):
+    """The ranking of rules/README.md ("Fix hints"), done the slow way: verify every candidate
+    with a full solve, then sort by (changes, not a hint, added warnings, typed values touched,
+    preference order)."""
+    before = _warnings_by_full_solve(plan, user, facts)
+    seen, ranked = set(), []
+    for order, fix in enumerate(_proposals(plan, user, facts, flags, rules)):
+        if fix.size() == 0 or fix.key() in seen:
+            continue
+        seen.add(fix.key())
+        values = fix.apply(user)
+        if plan.satisfiable(values, facts):
+            added = len(_warnings_by_full_solve(plan, values, facts) - before)
+            touched = sum(1 for name in fix.flags() if name in user)
+            ranked.append(((fix.size(), 0 if fix.rule else 1, added, touched, order), fix))
+    return [fix for _, fix in sorted(ranked, key=lambda item: item[0])][:MAX_FIXES]
+
+
+def test_nearby_keeps_its_own_copy_of_the_command():
+    # find_conflicts drops flags from its working copy after asking about it.
+    plan, user, facts = _launch(*LAUNCHES[0])
+    cache = {}
+    first = nearby_for(plan, user, facts, cache)
+    user.pop("tp_size")
+    assert "tp_size" in first.user and nearby_for(plan, user, facts, cache) is not first
+
+
+def test_minimal_rules_with_and_without_the_shared_cache_agree():
+    plan, user, facts = _launch(*LAUNCHES[1])
+    assert minimal_rules(plan, user, facts, cache={}) == minimal_rules(plan, user, facts)
+    for size in (1, 2):
+        for subset in itertools.islice(itertools.combinations(sorted(user), size), 4):
+            values = {k: user[k] for k in subset}
+            if not plan.satisfiable(values, facts):
+                assert minimal_rules(plan, values, facts, cache={}) == minimal_rules(plan, values, facts)
