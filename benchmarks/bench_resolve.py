@@ -7,10 +7,14 @@ is printed next to a baseline measured in the same run (argparse alone, the hot 
 
 Hot figures compute every answer: the per-launch values the solver keeps between calls (see
 `Plan.shared`) are dropped before each run, so repeating one launch is not answered from memory.
-Cold processes run as an installed `accord` does: with Python's bytecode cache (written to a
-temporary PYTHONPYCACHEPREFIX, never into the checkout, even when PYTHONDONTWRITEBYTECODE is set)
-and with the plan cache in a temporary ACCORD_CACHE_DIR, warmed by one run; the same command with
-the plan cache switched off is printed for comparison.
+What the plan keeps per set of set flags, whatever their values (the decision structure, and the
+rules and derived values that are constant given which flags are set), stays, as it does for
+every later launch of a session that sets the same flags.
+Cold processes run as an installed `accord` does (`python -m resolver.cli`: the program itself,
+so without the cyclic garbage collector, see resolver/cli.py): with Python's bytecode cache (written
+to a temporary PYTHONPYCACHEPREFIX, never into the checkout, even when PYTHONDONTWRITEBYTECODE is
+set) and with the plan cache in a temporary ACCORD_CACHE_DIR, warmed by one run; the same command
+with the plan cache switched off is printed for comparison.
 
     python benchmarks/bench_resolve.py
 """

@@ -7,6 +7,8 @@ so they all agree on what is legal. Plans are compiled once per system and proce
 from __future__ import annotations
 
 import functools
+import weakref
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Mapping
 
 from resolver.catalog import load_catalog
@@ -111,17 +113,38 @@ def _apply_combined_fix(plan: Plan, user: dict[str, Any], facts: Mapping[str, An
     return combine([fix for fix, _ in parts]).apply(user, as_upstream=as_upstream)
 
 
-def _reported(flag, user: Mapping[str, Any]) -> bool:
-    """Whether a flag belongs in the resolved values.
+_REPORTED: "weakref.WeakKeyDictionary[Plan, tuple[tuple[str, bool], ...]]" = weakref.WeakKeyDictionary()
+
+
+def _reported(plan: Plan) -> tuple[tuple[str, bool], ...]:
+    """The flags that may belong in the resolved values, in order, each with whether it does only
+    when the user typed it (worked out once per plan).
 
     A retired flag (ignored or removed upstream) never does anything, and a deprecated one the user
     did not type only mirrors its replacement, so neither is reported: the values then feed back
     through `--config` without reviving old spellings, and give the same values and hash.
     """
-    deprecated = flag.deprecated or {}
-    if deprecated.get("ignored") or deprecated.get("removed"):
-        return False
-    return not deprecated or flag.name in user
+    found = _REPORTED.get(plan)
+    if found is None:
+        out = []
+        for name in plan.names:
+            deprecated = plan.catalog[name].deprecated or {}
+            if not (deprecated.get("ignored") or deprecated.get("removed")):
+                out.append((name, bool(deprecated)))
+        found = _REPORTED[plan] = tuple(out)
+    return found
+
+
+# Provenance entries shared by every config (read-only, so `ResolvedConfig` keeps them as they are).
+_DEFAULT = MappingProxyType({"source": "default"})
+_BY_RULE: dict[str, MappingProxyType] = {}
+
+
+def _by_rule(rule_id: str) -> MappingProxyType:
+    found = _BY_RULE.get(rule_id)
+    if found is None:
+        found = _BY_RULE[rule_id] = MappingProxyType({"source": "rule", "rule": rule_id})
+    return found
 
 
 def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any],
@@ -152,25 +175,27 @@ def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any
     else:
         raise ConflictError(plan, user, facts, find_conflicts(plan, user, facts))
 
-    provenance: dict[str, dict] = {}
-    shown = [name for name in plan.names if _reported(plan.catalog[name], user)]
+    provenance: dict[str, Mapping[str, Any]] = {}
+    shown = [name for name, only_typed in _reported(plan) if not only_typed or name in user]
+    origin = outcome.origin
     for name in shown:
         if name in relaxed:
             provenance[name] = relaxed[name]
         elif name in user:
             provenance[name] = {"source": "user", "via": sources.get(name, "cli")}
-        elif outcome.origin.get(name):
-            provenance[name] = {"source": "rule", "rule": outcome.origin[name]}
+        elif origin[name]:
             if name in typed_auto:  # the user typed the auto choice; this rule decided it
-                provenance[name]["typed"] = typed_auto[name]
+                provenance[name] = {"source": "rule", "rule": origin[name], "typed": typed_auto[name]}
+            else:
+                provenance[name] = _by_rule(origin[name])
         elif name in typed_auto:  # no rule decides it: the auto choice stays, as the user typed
             provenance[name] = {"source": "user", "via": sources.get(name, "cli")}
         else:
-            provenance[name] = {"source": "default"}
+            provenance[name] = _DEFAULT
     final = Env(plan, user, facts, outcome.values)
     for rule, missing in outcome.unknown:
         notes.append(f"[{rule.id}] not checked: fact {missing} is unknown")
-    for rule in plan.warn_rules:
+    for rule in plan.warnings_to_check(user):
         try:
             if rule.when is None or rule.when(final):
                 notes.append(f"[{rule.id}] {rule.message}")

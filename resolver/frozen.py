@@ -30,13 +30,16 @@ class ConfigHashMismatch(ValueError):
 # `Mapping` check costs microseconds, and a config has thousands of values). The lookup is also
 # written inside the comprehensions, so a scalar entry costs no call at all.
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+# What a frozen dict keeps without a call: scalars, and read-only mappings (the resolver hands over
+# shared provenance entries as such, and freezing returns one unchanged).
+_KEPT = _SCALARS | {MappingProxyType}
 
 
 def _freeze(value: Any) -> Any:
     if type(value) in _SCALARS:
         return value
     if isinstance(value, dict):
-        return MappingProxyType({k: v if type(v) in _SCALARS else _freeze(v) for k, v in value.items()})
+        return MappingProxyType({k: v if type(v) in _KEPT else _freeze(v) for k, v in value.items()})
     if isinstance(value, list):
         return tuple(_freeze(v) for v in value)
     return value

@@ -8,8 +8,6 @@ and id, never in the middle of a resolve.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from pathlib import Path
 from typing import Any
 
@@ -31,31 +29,66 @@ _KIND_KEYS = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
+# The classes below are plain classes with slots rather than dataclasses: a cold `accord resolve`
+# builds hundreds of each from the plan cache, and a dataclass costs a compile at import and a slow
+# frozen __init__. Treat instances as read-only.
+
 class Candidate:
     """One value a `prefer` rule offers, with the condition under which it is offered."""
 
-    value: Any
-    when: Expr | None = None
+    __slots__ = ("value", "when")
+
+    def __init__(self, value: Any, when: Expr | None = None):
+        self.value = value
+        self.when = when
+
+    def __repr__(self) -> str:
+        return f"Candidate({self.value!r}, when={self.when!r})"
 
 
-@dataclasses.dataclass(frozen=True)
 class Rule:
-    id: str
-    kind: str
-    area: str
-    reason: str
-    ref: str = ""
-    when: Expr | None = None
-    require: Expr | None = None
-    flag: str | None = None
-    value: Expr | None = None
-    values: tuple[Candidate, ...] = ()
-    message: str = ""
-    fix: tuple[tuple[str, Expr], ...] = ()
-    fix_fill_in: tuple[tuple[str, str], ...] = ()   # fix flags whose value is a placeholder, and what to fill in
-    seed: tuple[str, ...] = ()
-    file: str = ""
+    """One rule of a rule file (see rules/README.md for the kinds and their fields).
+
+    `reads_flags`, `reads_facts` and `constrained_flags` are what its expressions read, computed once
+    when the rule is built: the solver asks them of every rule on the first solve.
+    """
+
+    FIELDS = ("id", "kind", "area", "reason", "ref", "when", "require", "flag", "value", "values",
+              "message", "fix", "fix_fill_in", "seed", "file")
+    __slots__ = FIELDS + ("reads_flags", "reads_facts", "constrained_flags")
+
+    def __init__(self, id: str, kind: str, area: str, reason: str, ref: str = "",
+                 when: Expr | None = None, require: Expr | None = None, flag: str | None = None,
+                 value: Expr | None = None, values: tuple[Candidate, ...] = (), message: str = "",
+                 fix: tuple[tuple[str, Expr], ...] = (),
+                 fix_fill_in: tuple[tuple[str, str], ...] = (),  # fix flags whose value is a placeholder, and what to fill in
+                 seed: tuple[str, ...] = (), file: str = "",
+                 reads: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None):
+        self.id = id
+        self.kind = kind
+        self.area = area
+        self.reason = reason
+        self.ref = ref
+        self.when = when
+        self.require = require
+        self.flag = flag
+        self.value = value
+        self.values = values
+        self.message = message
+        self.fix = fix
+        self.fix_fill_in = fix_fill_in
+        self.seed = seed
+        self.file = file
+        if reads is None:  # `reads` is given by the plan cache, which stored what this computes
+            exprs = self.expressions()
+            reads = (frozenset().union(*(e.flags for e in exprs)), frozenset().union(*(e.facts for e in exprs)),
+                     frozenset().union(*(e.flags for e in (when, require) if e is not None)))
+        # Flags this rule reads (not counting the flag it sets), facts it reads, and the flags a hard
+        # rule constrains (the ones in its condition and requirement).
+        self.reads_flags, self.reads_facts, self.constrained_flags = reads
+
+    def __repr__(self) -> str:
+        return f"Rule({self.id!r}, kind={self.kind!r})"
 
     @property
     def is_hard(self) -> bool:
@@ -67,27 +100,11 @@ class Rule:
         exprs += [e for _, e in self.fix]
         return exprs
 
-    @functools.cached_property
-    def reads_flags(self) -> frozenset[str]:
-        """Flags this rule reads (not counting the flag it sets)."""
-        return frozenset().union(*(e.flags for e in self.expressions()))
-
-    @functools.cached_property
-    def reads_facts(self) -> frozenset[str]:
-        return frozenset().union(*(e.facts for e in self.expressions()))
-
-    @functools.cached_property
-    def constrained_flags(self) -> frozenset[str]:
-        """Flags a hard rule constrains: the ones in its condition and requirement."""
-        exprs = [e for e in (self.when, self.require) if e is not None]
-        return frozenset().union(*(e.flags for e in exprs))
-
 
 DERIVED_TYPES = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,),
                  "list": (list, tuple)}
 
 
-@dataclasses.dataclass(frozen=True)
 class Derived:
     """A hidden, prompt-less variable (Kconfig style): the first `value` whose `when` holds.
 
@@ -95,12 +112,19 @@ class Derived:
     facts the derived value reads, so solving is unchanged by naming a sub-expression.
     """
 
-    id: str
-    type: str
-    cases: tuple[tuple[Expr, Expr | None], ...]   # (value, when); when None = otherwise
-    reason: str
-    notes: str = ""
-    expr: Expr | None = None   # the whole derived value as one expression
+    __slots__ = ("id", "type", "cases", "reason", "notes", "expr")
+
+    def __init__(self, id: str, type: str, cases: tuple[tuple[Expr, Expr | None], ...], reason: str,
+                 notes: str = "", expr: Expr | None = None):
+        self.id = id
+        self.type = type
+        self.cases = cases      # (value, when); when None = otherwise
+        self.reason = reason
+        self.notes = notes
+        self.expr = expr        # the whole derived value as one expression
+
+    def __repr__(self) -> str:
+        return f"Derived({self.id!r})"
 
     def deciding_case(self, env) -> int | None:
         """Index of the case that gives the value in `env` (None: no case held)."""
@@ -110,21 +134,31 @@ class Derived:
         return None
 
 
-@dataclasses.dataclass(frozen=True)
 class NamedSet:
     """A named constant set of values (say, the NVIDIA attention backends)."""
 
-    id: str
-    values: tuple
-    reason: str
+    __slots__ = ("id", "values", "reason")
+
+    def __init__(self, id: str, values: tuple, reason: str):
+        self.id = id
+        self.values = values
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"NamedSet({self.id!r})"
 
 
-@dataclasses.dataclass(frozen=True)
 class RuleSet:
-    system: str
-    rules: tuple[Rule, ...]
-    derived: tuple[Derived, ...] = ()
-    sets: tuple[NamedSet, ...] = ()
+    """A system's rules in the order they are consulted, with its derived values and named sets."""
+
+    __slots__ = ("system", "rules", "derived", "sets")
+
+    def __init__(self, system: str, rules: tuple[Rule, ...], derived: tuple[Derived, ...] = (),
+                 sets: tuple[NamedSet, ...] = ()):
+        self.system = system
+        self.rules = rules
+        self.derived = derived
+        self.sets = sets
 
     def __iter__(self):
         return iter(self.rules)
@@ -155,8 +189,9 @@ def _expr(text: Any, where: str, names: dict[str, Expr] | None = None, meta: dic
         raise UsageError(f"{where}: {err}") from None
 
 
-def _combine(name: str, cases: tuple[tuple[Expr, Expr | None], ...]) -> Expr:
-    """One expression for a derived value: the first case whose condition holds, else None."""
+def _combine(name: str, cases: tuple[tuple[Expr, Expr | None], ...], reads: tuple | None = None) -> Expr:
+    """One expression for a derived value: the first case whose condition holds, else None.
+    `reads` (flags, facts, set checks, names) is what the plan cache stored of an earlier combine."""
     pairs = [(value._fn, when._fn if when is not None else None) for value, when in cases]
 
     def evaluate(env):
@@ -164,11 +199,12 @@ def _combine(name: str, cases: tuple[tuple[Expr, Expr | None], ...]) -> Expr:
             if when is None or when(env):
                 return value(env)
         return None
-    parts = [e for value, when in cases for e in (value, when) if e is not None]
-    return Expr(name, frozenset().union(*(e.flags for e in parts)),
-                frozenset().union(*(e.facts for e in parts)), evaluate,
-                frozenset().union(*(e.set_checks for e in parts)),
-                frozenset().union(*(e.names for e in parts)))
+    if reads is None:
+        parts = [e for value, when in cases for e in (value, when) if e is not None]
+        reads = tuple(frozenset().union(*(getattr(e, key) for e in parts))
+                      for key in ("flags", "facts", "set_checks", "names"))
+    flags, facts, set_checks, names = reads
+    return Expr(name, flags, facts, evaluate, set_checks, names)
 
 
 def _derived_from_yaml(entry: dict, names: dict[str, Expr], path: Path, meta: dict) -> Derived:
@@ -340,12 +376,14 @@ def _data(expr: Expr | None) -> tuple | None:
 
 def _ruleset_to_data(ruleset: RuleSet) -> tuple:
     sets = tuple((s.id, s.values, s.reason) for s in ruleset.sets)
-    derived = tuple((d.id, d.type, tuple((_data(v), _data(w)) for v, w in d.cases), d.reason, d.notes)
+    derived = tuple((d.id, d.type, tuple((_data(v), _data(w)) for v, w in d.cases), d.reason, d.notes,
+                     (d.expr.flags, d.expr.facts, d.expr.set_checks, d.expr.names))
                     for d in ruleset.derived)
     rules = tuple(
         (r.id, r.kind, r.area, r.reason, r.ref, _data(r.when), _data(r.require), r.flag, _data(r.value),
          tuple((c.value, _data(c.when)) for c in r.values), r.message,
-         tuple((flag, _data(e)) for flag, e in r.fix), r.fix_fill_in, r.seed, r.file)
+         tuple((flag, _data(e)) for flag, e in r.fix), r.fix_fill_in, r.seed, r.file,
+         (r.reads_flags, r.reads_facts, r.constrained_flags))
         for r in ruleset.rules)
     return sets, derived, rules
 
@@ -362,16 +400,17 @@ def _ruleset_from_data(system: str, data: tuple) -> RuleSet:
         sets.append(NamedSet(sid, values, reason))
         names[sid] = constant(sid, values)
     derived = []
-    for did, dtype, cases_data, reason, notes in derived_data:
+    for did, dtype, cases_data, reason, notes, reads in derived_data:
         cases = tuple((expr(v), expr(w)) for v, w in cases_data)
-        item = Derived(id=did, type=dtype, cases=cases, reason=reason, notes=notes, expr=_combine(did, cases))
+        item = Derived(id=did, type=dtype, cases=cases, reason=reason, notes=notes,
+                       expr=_combine(did, cases, reads))
         derived.append(item)
         names[did] = item.expr
     rules = tuple(
         Rule(id=rid, kind=kind, area=area, reason=reason, ref=ref, when=expr(when), require=expr(require),
              flag=flag, value=expr(value), values=tuple(Candidate(v, expr(w)) for v, w in values),
              message=message, fix=tuple((f, expr(e)) for f, e in fix), fix_fill_in=fill_in, seed=seed,
-             file=file)
-        for rid, kind, area, reason, ref, when, require, flag, value, values, message, fix, fill_in, seed, file
-        in rules_data)
+             file=file, reads=reads)
+        for rid, kind, area, reason, ref, when, require, flag, value, values, message, fix, fill_in, seed, file,
+        reads in rules_data)
     return RuleSet(system=system, rules=rules, derived=tuple(derived), sets=tuple(sets))

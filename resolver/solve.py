@@ -16,7 +16,6 @@ the rest satisfiable, which makes the answer deterministic and the preference or
 
 from __future__ import annotations
 
-import dataclasses
 import graphlib
 from typing import Any, Iterable, Mapping
 
@@ -54,8 +53,9 @@ class Shared:
 
     __slots__ = ("derived", "verdicts", "depends")
 
-    def __init__(self, depends: dict[str, frozenset]):
-        self.derived: dict[str, tuple[Any, str | None]] = {}
+    def __init__(self, depends: dict[str, frozenset], constants: Mapping[str, tuple[Any, str | None]] = {}):
+        # Starts with the derived values that are constant for these set flags (see `_Constants`).
+        self.derived: dict[str, tuple[Any, str | None]] = dict(constants)
         self.verdicts: dict[int, Any] = {}    # id(rule) -> True, False or the missing fact's key
         self.depends = depends                # the plan's `depends` memo for these set flags
 
@@ -63,7 +63,7 @@ class Shared:
 class Env:
     """The values one (partial) assignment gives every flag; derived flags are computed on demand."""
 
-    __slots__ = ("plan", "user", "facts", "decided", "_derived", "_busy", "_shared")
+    __slots__ = ("plan", "user", "facts", "decided", "_derived", "_busy", "_shared", "_plain")
 
     def __init__(self, plan: "Plan", user: Mapping[str, Any], facts: Mapping[str, Any],
                  decided: Mapping[str, Any], shared: Shared | None = None):
@@ -74,6 +74,7 @@ class Env:
         self._derived: dict[str, tuple[Any, str | None]] = {}
         self._busy: set[str] = set()
         self._shared = shared
+        self._plain = plan.plain
 
     def fact(self, key: str) -> Any:
         try:
@@ -96,6 +97,8 @@ class Env:
             return self.user[name]
         if name in self.decided:
             return self.decided[name]
+        if name in self._plain:  # most reads: a flag no rule computes keeps its catalog default
+            return self._plain[name]
         # A derived value computed already (the common case: answered without another call).
         found = self._derived.get(name)
         if found is None and self._shared is not None:
@@ -145,15 +148,101 @@ class Env:
         return result
 
 
-@dataclasses.dataclass
+class _Varies(Exception):
+    """An expression read something only a launch gives: a fact, a typed or a computed value."""
+
+
+class _Constants:
+    """What an expression can read knowing only which flags are set: the catalog default of a flag
+    that no rule computes and the user did not set, a default-ruled flag whose rules read only such
+    constants, and `is_set` of any flag. Anything else raises `_Varies`.
+
+    An expression that evaluates without raising gives the same answer in every launch with these
+    flags set (evaluation is deterministic and reads nothing else), so a hard rule that holds here
+    holds in all of them, a warning that does not apply here applies in none, and a derived flag
+    found here (`derived`: its value and rule) has that value in all of them.
+    """
+
+    __slots__ = ("plain", "set_flags", "relaxed", "catalog", "default_rules", "derived", "_varies")
+
+    def __init__(self, plan: "Plan", user: Mapping[str, Any]):
+        self.plain = plan.plain
+        self.catalog = plan.catalog
+        self.default_rules = plan.default_rules
+        self.set_flags, self.relaxed = _set_flags_key(user)
+        self.derived: dict[str, tuple[Any, str | None]] = {}
+        self._varies: set[str] = set()   # flags found to vary, and flags being derived (cycles)
+        for name in plan.default_rules:
+            try:
+                self.flag(name)
+            except Exception:  # noqa: BLE001 (it varies, or a real launch meets the same failure)
+                continue
+
+    def flag(self, name: str) -> Any:
+        if name in self.set_flags:
+            raise _Varies(name)
+        if name in self.plain:
+            return self.plain[name]
+        found = self.derived.get(name)
+        if found is None:
+            found = self._derive(name)
+        return found[0]
+
+    def _derive(self, name: str) -> tuple[Any, str | None]:
+        """Like `Env.derived`, except that reading anything but a constant makes the flag vary."""
+        rules = self.default_rules.get(name)
+        if rules is None or name in self._varies:  # a decision (or not a flag), or a cycle
+            raise _Varies(name)
+        self._varies.add(name)
+        result: tuple[Any, str | None] = (self.catalog[name].default, None)
+        for rule in rules:
+            if rule.when is None or rule.when._fn(self):
+                result = (rule.value._fn(self), rule.id)
+                break
+        self._varies.discard(name)
+        self.derived[name] = result
+        return result
+
+    def fact(self, key: str) -> Any:
+        raise _Varies(key)
+
+    def is_set(self, name: str) -> bool:
+        return name in self.set_flags and name not in self.relaxed
+
+    def user_value(self, name: str) -> Any:
+        if name in self.set_flags:
+            raise _Varies(name)
+        return None
+
+    def default(self, name: str) -> Any:
+        return self.catalog[name].default
+
+
+def _constant(fn, rule: Rule, probe: _Constants) -> Any:
+    """`fn(rule, probe)`, or None when the answer varies between launches (or the evaluation fails:
+    a real launch then evaluates it and meets the same failure)."""
+    try:
+        return fn(rule, probe)
+    except Exception:  # noqa: BLE001 (_Varies, or an error the real evaluation reports)
+        return None
+
+
+def _applies(rule: Rule, env) -> bool:
+    return rule.when is None or bool(rule.when._fn(env))
+
+
 class Outcome:
     """What a solve produced: every value with its origin, or the hard rules that failed."""
 
-    values: dict[str, Any]
-    origin: dict[str, str | None]           # flag -> rule id that set it (None: user or catalog)
-    violated: list[Rule]
-    unknown: list[tuple[Rule, str]]         # rules that could not be checked, and the missing fact
-    satisfiable: bool
+    __slots__ = ("values", "origin", "violated", "unknown", "satisfiable")
+
+    def __init__(self, values: dict[str, Any], origin: dict[str, str | None], violated: list[Rule],
+                 unknown: list[tuple[Rule, str]], satisfiable: bool):
+        self.values = values
+        self.origin = origin          # flag -> rule id that set it (None: user or catalog)
+        self.violated = violated
+        self.unknown = unknown        # rules that could not be checked, and the missing fact
+        self.satisfiable = satisfiable
 
 
 def check(rule: Rule, env: Env) -> bool:
@@ -194,6 +283,10 @@ class Plan:
         # Settings only: a meta option (the seed's own --config) is part of the command line, not
         # of the configuration.
         self.names = [name for name, flag in catalog.flags.items() if not flag.meta]
+        # Flags that no prefer or default rule computes: unless the user set them, their value is
+        # the catalog default (most of the ~480 flags a solve reads or reports).
+        self.plain = {name: flag.default for name, flag in catalog.flags.items()
+                      if name not in self.prefer_rules and name not in self.default_rules}
         self.order = {name: i for i, name in enumerate(catalog.flags)}
         self._reads: dict[str, frozenset[str]] = {}
         # What `depends` found, per set of user-set flag names: it reads only which flags are set,
@@ -203,6 +296,8 @@ class Plan:
         self._structures: dict[tuple, tuple] = {}
         self._pinning: dict[frozenset[str], dict] = {}
         self._shared: dict[tuple[str, str], Shared] = {}
+        self._warnings: dict[tuple, list[Rule]] = {}
+        self._constant_memo: dict[tuple, _Constants] = {}
 
     # -- decisions ---------------------------------------------------------------------------
 
@@ -303,9 +398,12 @@ class Plan:
         env = Env(self, user, facts, decided, shared)
         values: dict[str, Any] = {}
         origin: dict[str, str | None] = {}
+        plain = self.plain
         for name in self.names:
             if name in user:
                 values[name], origin[name] = user[name], None
+            elif name in plain:
+                values[name], origin[name] = plain[name], None
             elif name in decided:
                 values[name] = decided[name]
                 origin[name] = next((rid for v, rid in self.candidates(name, env) if v == decided[name]), None)
@@ -314,8 +412,14 @@ class Plan:
             else:
                 values[name], origin[name] = env.derived(name)
         # Rules that read no decision were checked once, up front; re-check the others on the result.
+        # After a successful search each of them already held when its last decision was taken, on
+        # the same values, so only those that may read an unknown fact (reported, not enforced)
+        # need evaluating again.
         final = Env(self, user, facts, values)
         violated = []
+        if ok:
+            known = facts.keys()
+            constrained = [rule for rule in constrained if not rule.reads_facts <= known]
         for rule in constrained:
             try:
                 if not check(rule, final):
@@ -351,8 +455,31 @@ class Plan:
         if shared is None:
             if len(self._shared) >= 32:
                 del self._shared[next(iter(self._shared))]  # the oldest pair
-            shared = self._shared[key] = Shared(self._memo(user)[0])
+            shared = self._shared[key] = Shared(self._memo(user)[0], self._constants(user).derived)
         return shared
+
+    def warnings_to_check(self, user: Mapping[str, Any]) -> list[Rule]:
+        """The warn rules that may apply to a launch with these flags set, in rule order (the others
+        read only catalog defaults and `is_set`, and do not apply)."""
+        key = _set_flags_key(user)
+        found = self._warnings.get(key)
+        if found is None:
+            if len(self._warnings) >= 512:
+                self._warnings.clear()
+            probe = self._constants(user)
+            found = self._warnings[key] = [rule for rule in self.warn_rules
+                                           if _constant(_applies, rule, probe) is not False]
+        return found
+
+    def _constants(self, user: Mapping[str, Any]) -> _Constants:
+        """What is constant in every launch with these flags set (see `_Constants`)."""
+        key = _set_flags_key(user)
+        found = self._constant_memo.get(key)
+        if found is None:
+            if len(self._constant_memo) >= 512:
+                self._constant_memo.clear()
+            found = self._constant_memo[key] = _Constants(self, user)
+        return found
 
     def forget_values(self) -> None:
         """Drop the per-launch values kept by `shared` (benchmarks: measure the work, not the memory)."""
@@ -375,7 +502,10 @@ class Plan:
             if deps is None:
                 deps = by_rule[id(rule)] = self.depends(rule.constrained_flags, user, memo)
             rule_vars.append((rule, deps))
-        fixed = [rule for rule, deps in rule_vars if not deps]
+        # A rule that reads no decision is checked once per launch, unless it holds whatever the
+        # launch's values and facts are (it reads only flags at their catalog default, say).
+        probe = self._constants(user)
+        fixed = [rule for rule, deps in rule_vars if not deps and _constant(check, rule, probe) is not True]
         constrained = [(rule, deps) for rule, deps in rule_vars if deps]
         variables = sorted(set().union(*(d for _, d in constrained)), key=self.order.__getitem__)
         # Eligibility of a decision (its prefer `when`s) may read other decisions: include those.
@@ -434,12 +564,19 @@ class Plan:
         memo = shared.depends
         decided: dict[str, Any] = {}
         for steps in groups:
+            witness: dict[str, Any] | None = None
             for var, rest, ahead, closing in steps:
                 for value, _rid in self.candidates(var, Env(self, user, facts, decided, shared)):
                     decided[var] = value
+                    if witness is not None and _same(witness[var], value):
+                        # The completion the last step verified starts with this value: every rule
+                        # still open (those it closes and those ahead) held on it already.
+                        break
                     env = Env(self, user, facts, decided, shared)
-                    if all(holds(rule, env) for rule in closing) and \
-                            self._feasible(rest, ahead, user, facts, decided, memo, shared):
+                    if not all(holds(rule, env) for rule in closing):
+                        continue
+                    feasible, witness = self._feasible(rest, ahead, user, facts, decided, memo, shared)
+                    if feasible:
                         break
                 else:
                     decided.pop(var, None)
@@ -458,17 +595,21 @@ class Plan:
         return order
 
     def _feasible(self, undecided: list[str], rules: list[tuple[Rule, frozenset]], user, facts,
-                  decided, memo, shared: Shared | None = None) -> bool:
-        """Can the undecided decisions still be chosen so that every rule (all still open) holds?"""
+                  decided, memo, shared: Shared | None = None) -> tuple[bool, dict[str, Any] | None]:
+        """Can the undecided decisions still be chosen so that every rule (all still open) holds?
+
+        Also returns the witness when it is the most preferred completion (None otherwise): the next
+        decision takes its first value from it, and is then known to be feasible without a check.
+        """
         if not rules:
-            return True  # every decision has at least one eligible candidate
+            return True, None  # every decision has at least one eligible candidate
         # Fast path: the most preferred completion is usually legal, and is then its own witness.
         trial = dict(decided)
         for var in undecided:
             trial[var] = self.candidates(var, Env(self, user, facts, trial, shared))[0][0]
         witness = Env(self, user, facts, trial, shared)
         if all(holds(rule, witness) for rule, _ in rules):
-            return True
+            return True, trial
         from constraint import Problem  # only a search needs it; most solves never get here
 
         pending = set(undecided)
@@ -494,7 +635,12 @@ class Plan:
                 env = Env(self, user, facts, {**fixed, **dict(zip(_names, vals))}, shared)
                 return any(vals[0] == value for value, _ in self.candidates(_var, env))
             problem.addConstraint(eligible, names)
-        return problem.getSolution() is not None
+        return problem.getSolution() is not None, None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """The same value for the solver (True and 1 are equal in Python, not here)."""
+    return type(a) is type(b) and a == b
 
 
 def _components(variables: list[str], constrained: list[tuple[Rule, frozenset]],

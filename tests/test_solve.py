@@ -89,6 +89,69 @@ def test_unknown_flag_name_is_a_usage_error(plan):
         api.resolve("llm", {"tp": 2}, H100)
 
 
+def test_a_rule_that_holds_on_catalog_defaults_is_still_enforced_once_its_flags_are_set(plan):
+    # With nothing set, the DP-attention and FP4 rules read only catalog defaults and always hold;
+    # the plan skips them for such launches, never for a launch that sets the flags they read.
+    assert api.resolve("llm", {}, H100).values["kv_cache_dtype"] == "auto"
+    with pytest.raises(api.ConflictError) as caught:
+        api.resolve("llm", {"tp_size": 8, "dp_size": 3, "enable_dp_attention": True}, H100)
+    assert caught.value.conflicts[0].rules == ("par.dp_attention.divides",)
+    # Set to its default value first, then to an illegal one: what counts is the value, not the set flag.
+    assert api.resolve("llm", {"kv_cache_dtype": "auto"}, H100).values["kv_cache_dtype"] == "auto"
+    with pytest.raises(api.ConflictError):
+        api.resolve("llm", {"kv_cache_dtype": "fp4_e2m1"}, H100)
+
+
+def test_a_warning_that_cannot_apply_on_catalog_defaults_still_applies_when_its_flag_is_set(plan):
+    assert not any("kv.fp8.warn" in w for w in api.resolve("llm", {}, H100).warnings)
+    assert not any("kv.fp8.warn" in w for w in api.resolve("llm", {"kv_cache_dtype": "auto"}, H100).warnings)
+    assert "[kv.fp8.warn] FP8 KV without scales uses 1.0." in api.resolve(
+        "llm", {"kv_cache_dtype": "fp8_e4m3"}, H100).warnings
+
+
+def test_a_plan_that_met_other_launches_first_decides_as_a_fresh_plan_does(plan, tmp_path):
+    # What a plan keeps per set of set flags (folded rules, structure) never changes an answer:
+    # each launch solved by a plan that saw no other gives the same values, origins and verdicts.
+    launches = [({}, H100), ({"page_size": 7}, B200), ({"attention_backend": "triton"}, B200),
+                ({"tp_size": 8, "kv_cache_dtype": "fp8_e4m3"}, H100), ({}, CPU), ({"tp_size": 2}, B200)]
+    for i, (user, facts) in enumerate(launches):
+        fresh = toy_plan(tmp_path / f"fresh{i}").solve(user, facts)
+        shared = plan.solve(user, facts)
+        assert (shared.values, shared.origin, shared.satisfiable) == (fresh.values, fresh.origin, fresh.satisfiable)
+        assert [(r.id, k) for r, k in shared.unknown] == [(r.id, k) for r, k in fresh.unknown]
+
+
+def test_a_derived_value_constant_on_catalog_defaults_still_follows_the_flags_once_set(tmp_path):
+    # `cuda_graph_max_bs` reads only flags: with none of them set its value is the same for every
+    # launch (the plan keeps it per set of set flags); setting one must bring the rule back.
+    import copy
+
+    import yaml
+
+    from resolver.catalog import load_catalog
+    from resolver.rules import load_rules
+    from resolver.solve import Plan
+    from tests.toy import CATALOG, RULES
+
+    catalog, rules = copy.deepcopy(CATALOG), copy.deepcopy(RULES)
+    catalog["flags"].append({"name": "cuda_graph_max_bs", "flags": ["--cuda-graph-max-bs"], "type": "int",
+                             "nullable": True, "default": None})
+    rules["rules"].append({"id": "cg.bs.dp", "kind": "default", "flag": "cuda_graph_max_bs",
+                           "reason": "DP attention captures per rank", "when": "enable_dp_attention",
+                           "value": "tp_size * 32"})
+    (tmp_path / "llm").mkdir()
+    (tmp_path / "llm" / "flags.yaml").write_text(yaml.safe_dump(catalog))
+    (tmp_path / "llm" / "toy.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
+    plan = Plan(load_catalog("llm", tmp_path), load_rules("llm", tmp_path))
+    for _ in range(2):
+        plain = plan.solve({}, H100)
+        assert (plain.values["cuda_graph_max_bs"], plain.origin["cuda_graph_max_bs"]) == (None, None)
+        dp = plan.solve({"enable_dp_attention": True, "tp_size": 4, "dp_size": 2}, H100)
+        assert (dp.values["cuda_graph_max_bs"], dp.origin["cuda_graph_max_bs"]) == (128, "cg.bs.dp")
+        off = plan.solve({"enable_dp_attention": False, "tp_size": 2}, H100)
+        assert off.values["cuda_graph_max_bs"] is None
+
+
 def test_a_rule_on_choice_metadata_steers_a_decision(tmp_path):
     """`meta(attention_backend).sms` is read while the solver tries candidates: on SM 8.0 the
     preferred flashinfer (built for SM 9.0 and 10.0 only) is skipped for triton."""
