@@ -37,6 +37,17 @@ DERIVED = {d["id"]: d["values"] for d in _DERIVED_FILE.get("derived") or ()}
 the first of its ordered value/when pairs whose `when` holds."""
 CATALOG = {flag["name"]: flag for path in sorted((ROOT / "rules/llm/flags").glob("*.yaml"))
            for flag in yaml.safe_load(path.read_text())["flags"]}
+
+
+def choice_property(flag: str, prop: str, value):
+    """`meta(flag).prop` as rules/README.md ("Choice metadata") defines it: the property the catalog
+    gives the flag's current value, else the property's declared default (`same_as` shares a table)."""
+    meta = CATALOG[flag]["choice_meta"]
+    if "same_as" in meta:
+        meta = CATALOG[meta["same_as"]]["choice_meta"]
+    return (meta["choices"].get(value) or {}).get(prop, meta["properties"][prop]["default"])
+
+
 KERNEL_MODULES = [decode, extend, kv_quant, rmsnorm]
 BACKENDS_WITH_KERNELS = ("triton", "torch_native")
 """Phase backends that run these kernels (triton) or their torch references (torch_native)."""
@@ -70,6 +81,9 @@ def evaluate(text: str, flags: dict, facts: dict, user_set: frozenset = frozense
             return [value(element) for element in node.elts]
         if isinstance(node, ast.Call) and node.func.id == "is_set":
             return node.args[0].id in user_set
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Call) and node.value.func.id == "meta":
+            flag = node.value.args[0].id
+            return choice_property(flag, node.attr, flags.get(flag, CATALOG[flag].get("default")))
         name = dotted(node)
         if name in flags:
             return flags[name]
@@ -113,12 +127,15 @@ def names_in(text: str) -> set:
     tree = ast.parse(text, mode="eval")
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Call):  # meta(flag).prop
+            assert node.value.func.id == "meta" and node.attr in CATALOG[node.value.args[0].id][
+                "choice_meta"]["properties"], ast.dump(node)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             found.add(dotted(node))
         elif isinstance(node, ast.Name) and not any(
                 isinstance(parent, ast.Attribute) and parent.value is node for parent in ast.walk(tree)):
             found.add(node.id)
-    return found - {"is_set"}
+    return found - {"is_set", "meta"}
 
 
 def rules_allow(flags: dict, facts: dict, rules: list = RULES) -> bool:
