@@ -13,17 +13,29 @@ cache is FP8), then attends over the paged cache (dequantize-on-read):
 The model's other kernel, RMSNorm, follows the same ``impl`` (see engine.llm.model), so one step
 runs entirely on one implementation. On CPU the Triton kernels run only under the Triton
 interpreter, switched on before the kernels are first imported (engine.llm.server).
+
+A torch_native decode step over a 16-bit or fp32 cache whose lengths the host knows takes a
+shorter road to the same fp32 attention: the rows of every cached token are worked out once per
+step (:meth:`AttentionBackend.plan`, shared by all layers), each layer writes its K/V with one
+``index_copy_`` per cache, gathers just those rows and hands them to torch's fused
+``scaled_dot_product_attention`` (each KV head's group of query heads as its query rows). At batch
+size one and a few hundred tokens, the reference's per-layer work (whole pages gathered, masks,
+two einsums, a softmax fix-up) costs more than the attention itself; this is a few ops per layer.
+FP8 caches and CUDA-graph batches (no host lengths) take the reference path.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 
 from kernels.attention import decode_attention, extend_attention
 from kernels.kv_quant import store_kv
 from kernels.launch import INTERPRETER
+from kernels.paged_kv import FP8_DTYPES
 from resolver.errors import UsageError
 
 if TYPE_CHECKING:
@@ -33,6 +45,15 @@ if TYPE_CHECKING:
 
 IMPLS = {"torch_native": "torch", "triton": "triton"}
 """The kernels/ implementation each attention backend runs."""
+
+
+@dataclasses.dataclass
+class DecodeRows:
+    """Where a torch_native decode step reads each sequence's cached tokens, for every layer."""
+
+    rows: torch.Tensor               # [batch, longest] flat cache row of token t of sequence b
+    mask: torch.Tensor | None        # [batch, 1, 1, longest] True where t < its length; None if all
+                                     # sequences are equally long (then nothing is padding)
 
 
 class AttentionBackend:
@@ -54,10 +75,27 @@ class AttentionBackend:
                                         tile_size=settings.triton_split_tile_size,
                                         reduce_in_fp32=settings.triton_reduce_in_fp32)
 
+    def plan(self, batch: "ForwardBatch", pool: "KVPool") -> DecodeRows | None:
+        """Once per step: the cached-token rows of a decode step the torch fast path can take."""
+        if self.impl != "torch" or batch.mode != "decode" or batch.kv_lens is None or pool.dtype in FP8_DTYPES:
+            return None
+        longest, page_size = max(batch.kv_lens), pool.page_size
+        offsets = torch.arange(longest, device=batch.block_table.device)
+        rows = batch.block_table[:, offsets // page_size] * page_size + offsets % page_size
+        if min(batch.kv_lens) == longest:
+            return DecodeRows(rows, None)
+        cached = offsets[None, :] < batch.seq_lens[:, None]
+        # Padding reads the sequence's first token (written, so finite: a masked-out NaN would
+        # still poison P @ V) and is masked out of the softmax.
+        return DecodeRows(torch.where(cached, rows, rows[:, :1]), cached[:, None, None, :])
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: "KVPool", layer: int,
-                batch: "ForwardBatch") -> torch.Tensor:
+                batch: "ForwardBatch", rows: DecodeRows | None = None) -> torch.Tensor:
         """Store the new tokens' K/V ([T, kv_heads, D]) at ``batch.out_slots`` of ``layer``, then
-        return the attention of their queries q ([T, q_heads, D]) over the cache, shaped like q."""
+        return the attention of their queries q ([T, q_heads, D]) over the cache, shaped like q.
+        ``rows``: this step's :meth:`plan`, when it has one."""
+        if rows is not None:
+            return self._torch_decode(q, k, v, pool, layer, batch, rows)
         k_cache, v_cache, scale = pool.k[layer], pool.v[layer], pool.kv_scales[layer]
         store_kv(k_cache, v_cache, k, v, batch.out_slots, k_scale=scale, v_scale=scale, impl=self.impl)
         if batch.mode == "decode":
@@ -67,3 +105,19 @@ class AttentionBackend:
         return extend_attention(q, k_cache, v_cache, batch.block_table, batch.seq_lens,
                                 batch.extend_lens_tensor, scale=self.scale, k_scale=scale, v_scale=scale,
                                 max_extend_len=max(batch.extend_lens, default=0), impl=self.impl)
+
+    def _torch_decode(self, q, k, v, pool: "KVPool", layer: int, batch: "ForwardBatch",
+                      rows: DecodeRows) -> torch.Tensor:
+        """The torch_native decode of a planned step: the reference's fp32 attention in fewer ops."""
+        batch_size, q_heads, head_dim = q.shape
+        kv_heads = k.shape[1]
+        flat_k = pool.k[layer].view(-1, kv_heads, head_dim)
+        flat_v = pool.v[layer].view(-1, kv_heads, head_dim)
+        flat_k.index_copy_(0, batch.out_slots, k.to(flat_k.dtype))
+        flat_v.index_copy_(0, batch.out_slots, v.to(flat_v.dtype))
+        # [batch, kv_heads, longest, D]; the query heads sharing a KV head are its query rows.
+        keys = flat_k[rows.rows].transpose(1, 2).float()
+        values = flat_v[rows.rows].transpose(1, 2).float()
+        queries = q.float().reshape(batch_size, kv_heads, q_heads // kv_heads, head_dim)
+        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=rows.mask, scale=self.scale)
+        return out.reshape(batch_size, q_heads, head_dim).to(q.dtype)

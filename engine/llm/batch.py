@@ -39,6 +39,8 @@ class ForwardBatch:
     sample_index: torch.Tensor       # [R] rows in [T] whose logits the model returns: the last
                                      # token of each sampling sequence, every token of an
                                      # all_logits one
+    kv_lens: list[int] | None = None  # seq_lens on the host (None: only the tensor is known, as in
+                                      # a CUDA graph's fixed batch)
 
     @property
     def batch_size(self) -> int:
@@ -89,4 +91,5 @@ def build_batch(seqs: Sequence[SeqSlice], page_size: int, device: torch.device,
     out_slots = flat_slots(block_table, as_long(owners), position_tensor, page_size)
     return ForwardBatch(mode=mode, input_ids=as_long(ids), positions=position_tensor,
                         out_slots=out_slots, extend_lens_tensor=as_long(lens), block_table=block_table,
-                        seq_lens=as_long(totals), extend_lens=lens, sample_index=as_long(sample_rows))
+                        seq_lens=as_long(totals), extend_lens=lens, sample_index=as_long(sample_rows),
+                        kv_lens=totals)

@@ -62,6 +62,7 @@ class StepContext:
         self.attention = attention
         self.impl = attention.impl  # the kernels/ implementation every kernel of this step runs
         self.cos = self.sin = None  # rotary angles of the batch's positions, set by the model
+        self.rows = attention.plan(batch, pool)  # cached-token rows, worked out once for all layers
 
 
 class DecoderLayer:
@@ -104,21 +105,26 @@ class DecoderLayer:
         h = rms_norm(x, self.input_norm, c.rms_norm_eps, impl=ctx.impl)
         qkv = F.linear(h, self.qkv, self.qkv_bias)
         q_size, kv_size = self.heads * c.head_dim, self.kv_heads * c.head_dim
-        q = qkv[:, :q_size].reshape(-1, self.heads, c.head_dim)
-        k = qkv[:, q_size:q_size + kv_size].reshape(-1, self.kv_heads, c.head_dim)
         v = qkv[:, q_size + kv_size:].reshape(-1, self.kv_heads, c.head_dim)
-        if self.q_norm is not None:
-            q = rms_norm(q.reshape(-1, c.head_dim), self.q_norm, c.rms_norm_eps, impl=ctx.impl).reshape(q.shape)
-            k = rms_norm(k.reshape(-1, c.head_dim), self.k_norm, c.rms_norm_eps, impl=ctx.impl).reshape(k.shape)
-        q = RotaryEmbedding.rotate(q, ctx.cos, ctx.sin)
-        k = RotaryEmbedding.rotate(k, ctx.cos, ctx.sin)
-        attn = ctx.attention.forward(q, k, v, ctx.pool, self.pool_index, ctx.batch)
+        if self.q_norm is None:  # q and k side by side in each row: one rotation for both
+            qk = RotaryEmbedding.rotate(qkv[:, :q_size + kv_size].reshape(-1, self.heads + self.kv_heads, c.head_dim),
+                                        ctx.cos, ctx.sin)
+            q, k = qk[:, :self.heads], qk[:, self.heads:]
+        else:
+            q = qkv[:, :q_size].reshape(-1, c.head_dim)
+            k = qkv[:, q_size:q_size + kv_size].reshape(-1, c.head_dim)
+            q = rms_norm(q, self.q_norm, c.rms_norm_eps, impl=ctx.impl).reshape(-1, self.heads, c.head_dim)
+            k = rms_norm(k, self.k_norm, c.rms_norm_eps, impl=ctx.impl).reshape(-1, self.kv_heads, c.head_dim)
+            q = RotaryEmbedding.rotate(q, ctx.cos, ctx.sin)
+            k = RotaryEmbedding.rotate(k, ctx.cos, ctx.sin)
+        attn = ctx.attention.forward(q, k, v, ctx.pool, self.pool_index, ctx.batch, ctx.rows)
         attn = self.comm.attn_all_reduce(F.linear(attn.reshape(-1, q_size), self.o))
         h, x = rms_norm(attn, self.post_norm, c.rms_norm_eps, residual=x, impl=ctx.impl)
         h_all, own = self.comm.gather_attention_groups(h)
-        gate, up = F.linear(h_all, self.gate_up).chunk(2, dim=-1)
-        mlp = self.comm.tp_all_reduce(F.linear(F.silu(gate) * up, self.down))
-        return x + mlp[own]
+        gate_up = F.linear(h_all, self.gate_up)
+        inter = gate_up.shape[-1] // 2
+        mlp = self.comm.tp_all_reduce(F.linear(F.silu(gate_up[:, :inter]) * gate_up[:, inter:], self.down))
+        return x + (mlp[own] if self.comm.dp_attention else mlp)
 
 
 class LlamaStage:
