@@ -43,6 +43,18 @@ def _set_flags_key(user: Mapping[str, Any]) -> tuple[frozenset, frozenset]:
     return frozenset(user), frozenset(getattr(user, "relaxed", ()))
 
 
+def _per_flag_set(store: dict, user: Mapping[str, Any], limit: int, make):
+    """`store`'s entry for launches with these flags set, made by `make()` on first use; the store
+    is emptied when it reaches `limit` entries (a long UI session keeps memory bounded)."""
+    key = _set_flags_key(user)
+    found = store.get(key)
+    if found is None:
+        if len(store) >= limit:
+            store.clear()
+        found = store[key] = make()
+    return found
+
+
 class Shared:
     """What one pair of user values and facts gives whatever the decisions, shared by its Envs.
 
@@ -357,23 +369,11 @@ class Plan:
 
     def _memo(self, user: Mapping[str, Any]) -> tuple[dict[str, frozenset], dict[int, frozenset]]:
         """(flag -> decisions it depends on, id(rule) -> decisions it constrains) for these set flags."""
-        key = _set_flags_key(user)
-        memo = self._memos.get(key)
-        if memo is None:
-            if len(self._memos) >= 512:  # a long UI session: keep memory bounded
-                self._memos.clear()
-            memo = self._memos[key] = ({}, {})
-        return memo
+        return _per_flag_set(self._memos, user, 512, lambda: ({}, {}))
 
     def pinning_memo(self, user: Mapping[str, Any]) -> dict:
         """A dict `Pinning` fills with its analysis of launches with these flags set."""
-        key = _set_flags_key(user)
-        memo = self._pinning.get(key)
-        if memo is None:
-            if len(self._pinning) >= 64:
-                self._pinning.clear()
-            memo = self._pinning[key] = {}
-        return memo
+        return _per_flag_set(self._pinning, user, 64, dict)
 
     def depends_memo(self, user: Mapping[str, Any]) -> dict[str, frozenset]:
         """The shared memo for `depends` with these flags set."""
@@ -461,25 +461,14 @@ class Plan:
     def warnings_to_check(self, user: Mapping[str, Any]) -> list[Rule]:
         """The warn rules that may apply to a launch with these flags set, in rule order (the others
         read only catalog defaults and `is_set`, and do not apply)."""
-        key = _set_flags_key(user)
-        found = self._warnings.get(key)
-        if found is None:
-            if len(self._warnings) >= 512:
-                self._warnings.clear()
+        def make() -> list[Rule]:
             probe = self._constants(user)
-            found = self._warnings[key] = [rule for rule in self.warn_rules
-                                           if _constant(_applies, rule, probe) is not False]
-        return found
+            return [rule for rule in self.warn_rules if _constant(_applies, rule, probe) is not False]
+        return _per_flag_set(self._warnings, user, 512, make)
 
     def _constants(self, user: Mapping[str, Any]) -> _Constants:
         """What is constant in every launch with these flags set (see `_Constants`)."""
-        key = _set_flags_key(user)
-        found = self._constant_memo.get(key)
-        if found is None:
-            if len(self._constant_memo) >= 512:
-                self._constant_memo.clear()
-            found = self._constant_memo[key] = _Constants(self, user)
-        return found
+        return _per_flag_set(self._constant_memo, user, 512, lambda: _Constants(self, user))
 
     def forget_values(self) -> None:
         """Drop the per-launch values kept by `shared` (benchmarks: measure the work, not the memory)."""
