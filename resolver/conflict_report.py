@@ -91,13 +91,15 @@ def _fix_entry(catalog: Catalog, user: Mapping[str, Any], fix: Fix, rule: str | 
 def build(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], conflicts: list) -> dict:
     """The whole report as JSON-ready data (sorted lists, no timestamps: same input, same bytes)."""
     catalog, rules = plan.catalog, plan.ruleset.by_id()
-    value_of = _value_of(plan, user, facts)
-    env = Env(plan, user, facts, {})
     entries = []
     for conflict in conflicts:
         typed = " ".join(flag_arg(catalog, n, user[n]) for n in conflict.flags)
         others = {n for c in conflicts if c is not conflict for n in c.flags}
         isolated = {k: v for k, v in user.items() if k not in others}
+        # The proof reads values in the conflict's own launch: without the other conflicts' flags,
+        # whose values it does not depend on (a default coming back is what this conflict is about).
+        value_of = _value_of(plan, isolated, facts)
+        env = Env(plan, isolated, facts, {})
         chains = drop_chains(plan, isolated, facts, list(conflict.flags), list(conflict.fixes))
         entries.append({
             "flags": list(conflict.flags), "rules": list(conflict.rules), "facts": list(conflict.facts),
@@ -106,7 +108,7 @@ def build(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], conflic
             "you_set": typed,
             "machine": ", ".join(f"{k}={describe_value(facts[k])}" for k in conflict.facts),
             "proof": [{"rule": rid, "clause": rule_clause(rules[rid]),
-                       "reads": names_read(rules[rid], user, facts, value_of),
+                       "reads": names_read(rules[rid], isolated, facts, value_of),
                        "derived": [r.line() for r in derived_readings(plan, (rules[rid].when, rules[rid].require), env)],
                        "because": rules[rid].reason}
                       for rid in conflict.rules],

@@ -207,3 +207,24 @@ def test_mentioned_values_of_the_toy_rules(plan):
 
     assert mentioned_values(plan, "page_size") == {16, 7}        # a default's value, a conflict's `==`
     assert mentioned_values(plan, "attention_backend") == {"fa3", "flashinfer", "triton", "torch_native"}
+
+
+def test_each_conflict_proof_reads_the_values_of_its_own_launch(tmp_path, capsys):
+    """Two interlocking conflicts (Mixtral 8x7B on H100s with --tp 3: 32 heads do not split three
+    ways, and without that --tp-size the weights no longer fit one GPU): the weight conflict is
+    about the default tp_size coming back, so its proof must read tp_size = 1, not the 3 typed."""
+    from resolver.commands import resolve as resolve_cmd
+
+    config = {"architectures": ["MixtralForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+              "num_local_experts": 8, "vocab_size": 32000, "max_position_embeddings": 32768,
+              "torch_dtype": "bfloat16"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    code = resolve_cmd.main(["--facts", "h100", "--model-path", str(tmp_path), "--tp", "3", "--json"])
+    assert code == api.EXIT_CONFLICT
+    conflicts = {tuple(c["flags"]): c for c in json.loads(capsys.readouterr().out)["conflicts"]}
+    weights = next(c for flags, c in conflicts.items() if "tp_size" not in flags)
+    heads = next(c for flags, c in conflicts.items() if "tp_size" in flags)
+    assert [p["rule"] for p in weights["proof"]] == ["mem.weights.fit_gpu"]
+    assert "tp_size = 1 (unset)" in weights["proof"][0]["reads"]
+    assert "tp_size = 3" in heads["proof"][0]["reads"]
