@@ -5,15 +5,16 @@ development loop share. This module resolves a case with Accord's public API, co
 oracle's answer (upstream 0.5.23's own resolution for a simulated GPU, kept in a fixture), and names
 every field on which the two differ.
 
-Compared: whether the launch is accepted, and when both accept, each field of FIELDS. Two upstream
+Compared: whether the launch is accepted, and when both accept, each field of FIELDS. Four upstream
 conventions are read as what they mean rather than compared literally: an unset attention backend
-(upstream picks one for the platform when the pipeline loads; Accord names that pick), and unset BCG
-text buckets (upstream falls back to its default buckets), and an unset CFG-parallel switch (left
-so by `--cfg-parallel-size 0`; upstream tests its truth everywhere, so it is off), and a layerwise
+(upstream picks one for the platform when the pipeline loads; Accord names that pick); unset BCG
+text buckets (upstream falls back to its default buckets); an unset CFG-parallel switch (left so by
+`--cfg-parallel-size 0`; upstream tests its truth everywhere, so it is off); and a layerwise
 selection that lists `all` (upstream prepends `dit` to it under --dit-layerwise-offload, seed
-L1174-1181; `all` already selects the DiT, so both lists select the same components). The component-residency fields
-(RESIDENCY_FIELDS) are compared only when the command sets them: unset, 0.5.23 decides them with
-its automatic memory policy (`server_args/auto_tune.py`), which seed 004 does not define.
+L1174-1181; `all` already selects the DiT, so both lists select the same components). The
+component-residency fields (RESIDENCY_FIELDS) are compared only when the command sets them: unset,
+0.5.23 decides them with its automatic memory policy (`server_args/auto_tune.py`), which seed 004
+does not define.
 
 usage:
   python -m tests.differential.diffusion_score oracle CASES.json FIXTURE.json   # ask the oracle, keep answers
