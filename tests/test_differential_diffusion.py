@@ -4,7 +4,8 @@ The fixtures (tests/differential/fixtures/diffusion_oracle*.json) hold upstream'
 seeded random commands (six published diffusion models, the CUDA fact presets, one to five
 high-impact flags each; ids d* from the first flag menu, later batches from the wide menu,
 `diffusion_gen N SEED OUT --wide PREFIX`: e* and f* in diffusion_oracle.json, g* (seed 1203) and
-h* (seed 4242) in diffusion_oracle_g.json and diffusion_oracle_h.json) and two hand-written sets:
+h* (seed 4242) and i* (seed 777, drawn after the last rule change and scored untuned) in
+diffusion_oracle_g.json, _h.json and _i.json) and two hand-written sets:
 diffusion_oracle_known.json (ids k*), commands for disagreements found earlier, and
 diffusion_oracle_user.json (ids u*), launches as the docs and model cards write them; all recorded
 with the oracle
@@ -57,14 +58,14 @@ def test_every_listed_disagreement_has_a_reason():
 
 def test_at_least_84_percent_agree_strictly_and_all_but_seed_wins_agree(scored):
     # Measured on the random commands only (the hand-written k* cases were picked because they
-    # disagreed, the u* ones are not random: 45 of 46 agree): 745 of 880 (84.7%), the first 240
-    # cases and four fresh batches drawn from the wide flag menu (ids e*, f*, g*, h*: 508 of 600,
-    # 101 of 120, 136 of 160 agree). Every case left is listed for a reason; seed-wins cases (the
+    # disagreed, the u* ones are not random: 45 of 46 agree): 879 of 1040 (84.5%), the first 240
+    # cases and five fresh batches drawn from the wide flag menu (ids e*, f*, g*, h*, i*: 508 of
+    # 600, 101 of 120, 136 of 160, 134 of 160 agree). Every case left is listed for a reason; seed-wins cases (the
     # seed is the specification where 0.5.23 differs) are most of them, so the agreement on
     # everything else is the figure that must stay high.
     differ, _ = scored
     random_ids = [case["id"] for case in FIXTURE if not case["id"].startswith(("k", "u"))]
-    assert len(random_ids) >= 850
+    assert len(random_ids) >= 1000
     strict = [i for i in random_ids if i not in differ]
     assert len(strict) / len(random_ids) >= 0.84
     other = [i for i in random_ids if i in differ and TABLE[i]["reason"] != "seed wins"]
