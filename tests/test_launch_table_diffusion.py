@@ -113,10 +113,33 @@ ROWS = [
     Row("flux-bcg-not-allow-listed", f"{SEED} L527-550 (BCG allow-list)", "h100",
         "--model-path black-forest-labs/FLUX.1-dev --enable-breakable-cuda-graph --warmup-resolutions 1024x1024",
         conflict_flags=("enable_breakable_cuda_graph",), conflict_rule="cg.bcg.model_allowlist"),
-    Row("z-image-bcg-with-compile", f"{SEED} L284-287 (BCG exclusive with torch.compile)", "h100",
-        "--model-path Tongyi-MAI/Z-Image-Turbo --enable-breakable-cuda-graph --warmup-resolutions 1024x1024 "
+    Row("z-image-bcg-with-compile", f"{SEED} L284-287 (BCG takes priority over torch.compile; both stay as typed)",
+        "h100", "--model-path Tongyi-MAI/Z-Image-Turbo --enable-breakable-cuda-graph --warmup-resolutions 1024x1024 "
         "--enable-torch-compile", fact=("model.pipeline=ZImagePipeline",),
-        conflict_flags=("enable_breakable_cuda_graph", "enable_torch_compile"), conflict_rule="cg.bcg.vs_torch_compile"),
+        expect={"enable_breakable_cuda_graph": True, "enable_torch_compile": True},
+        warns=("cg.bcg.vs_torch_compile",)),
+    Row("qwen-bcg-text-buckets-with-zero", f"{SEED} L494-505 (non-positive buckets are skipped where they are read)",
+        "h100", "--model-path Qwen/Qwen-Image --enable-breakable-cuda-graph --warmup-resolutions 1024x1024 "
+        "--bcg-text-buckets 0 128", fact=("model.pipeline=QwenImagePipeline",),
+        expect={"bcg_text_buckets": (0, 128)}, warns=("cg.bcg.text_buckets_no_zero",)),
+    Row("qwen-bcg-all-buckets-zero", f"{SEED} L520-525 (at least one positive bucket)", "h100",
+        "--model-path Qwen/Qwen-Image --enable-breakable-cuda-graph --warmup-resolutions 1024x1024 "
+        "--bcg-text-buckets 0", fact=("model.pipeline=QwenImagePipeline",),
+        conflict_flags=("bcg_text_buckets",), conflict_rule="cg.bcg.text_buckets_positive"),
+    Row("qwen-bcg-with-dit-offload", "upstream 0.5.23 server_args.py:1099-1106 (only DiT snapshot offload is refused)",
+        "h100", "--model-path Qwen/Qwen-Image --enable-breakable-cuda-graph --warmup-resolutions 1024x1024 "
+        "--dit-cpu-offload", fact=("model.pipeline=QwenImagePipeline",),
+        expect={"enable_breakable_cuda_graph": True, "dit_cpu_offload": True}, warns=("cg.bcg.resident_dit",)),
+    Row("base-gpu-id-single-server", "upstream 0.5.23 runtime/launch_server.py:215-225 (workers on GPUs 0..n-1)",
+        "h100", "--model-path Qwen/Qwen-Image --base-gpu-id 6 --num-gpus 4",
+        expect={"num_gpus": 4, "base_gpu_id": 6}, warns=("par.base_gpu_id.monolithic",)),
+    Row("more-gpus-than-the-node", "upstream 0.5.23 runtime/launch_server.py:215-225 (one worker per local GPU)",
+        "h100", "--model-path Qwen/Qwen-Image --num-gpus 16",
+        conflict_flags=("num_gpus",), conflict_rule="par.gpus.available"),
+    Row("dit-layerwise-with-other-groups", f"{SEED} L1170-1188 (--dit-layerwise-offload prepends dit)", "h100",
+        "--model-path black-forest-labs/FLUX.1-dev --dit-layerwise-offload --layerwise-offload-components text_encoder",
+        conflict_flags=("dit_layerwise_offload", "layerwise_offload_components"),
+        conflict_rule="off.layerwise.dit_group_listed"),
     Row("qwen-bcg-short-text-buckets", f"{SEED} L293-297 (a prompt longer than the largest bucket runs eagerly)",
         "h100", "--model-path Qwen/Qwen-Image --enable-breakable-cuda-graph --warmup-resolutions 1024x1024 "
         "--bcg-text-buckets 128 256", fact=("model.pipeline=QwenImagePipeline",),
@@ -208,3 +231,15 @@ def test_launch_conflicts_name_flags_and_rule(row):
     named_rules = {rule for c in conflicts for rule in c.rules}
     assert set(row.conflict_flags) <= named_flags, f"{row.name}: {caught.value.text()}"
     assert row.conflict_rule in named_rules, f"{row.name}: {caught.value.text()}"
+
+
+def test_relax_of_dit_layerwise_with_other_groups_is_upstreams_selection():
+    """Seed L1174-1181: --dit-layerwise-offload prepends `dit` to the typed groups; the conflict's
+    fix is that list, so --relax keeps both flags and resolves what upstream runs (0.5.23 gives
+    ['dit', 'text_encoder'] for this command)."""
+    _, parsed = parse_flags(shlex.split("--model-path black-forest-labs/FLUX.1-dev --dit-layerwise-offload "
+                                        "--layerwise-offload-components text_encoder"), system="diffusion")
+    facts = load_facts("h100", model_path=parsed.values.get("model_path"), system="diffusion")
+    config = resolve("diffusion", parsed.values, facts, parsed.sources, relax=True)
+    assert config.values["dit_layerwise_offload"] is True
+    assert config.values["layerwise_offload_components"] == ("dit", "text_encoder")

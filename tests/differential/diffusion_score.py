@@ -5,13 +5,16 @@ development loop share. This module resolves a case with Accord's public API, co
 oracle's answer (upstream 0.5.23's own resolution for a simulated GPU, kept in a fixture), and names
 every field on which the two differ.
 
-Compared: whether the launch is accepted, and when both accept, each field of FIELDS. Two upstream
+Compared: whether the launch is accepted, and when both accept, each field of FIELDS. Four upstream
 conventions are read as what they mean rather than compared literally: an unset attention backend
-(upstream picks one for the platform when the pipeline loads; Accord names that pick), and unset BCG
-text buckets (upstream falls back to its default buckets), and an unset CFG-parallel switch (left
-so by `--cfg-parallel-size 0`; upstream tests its truth everywhere, so it is off). The component-residency fields
-(RESIDENCY_FIELDS) are compared only when the command sets them: unset, 0.5.23 decides them with
-its automatic memory policy (`server_args/auto_tune.py`), which seed 004 does not define.
+(upstream picks one for the platform when the pipeline loads; Accord names that pick); unset BCG
+text buckets (upstream falls back to its default buckets); an unset CFG-parallel switch (left so by
+`--cfg-parallel-size 0`; upstream tests its truth everywhere, so it is off); and a layerwise
+selection that lists `all` (upstream prepends `dit` to it under --dit-layerwise-offload, seed
+L1174-1181; `all` already selects the DiT, so both lists select the same components). The
+component-residency fields (RESIDENCY_FIELDS) are compared only when the command sets them: unset,
+0.5.23 decides them with its automatic memory policy (`server_args/auto_tune.py`), which seed 004
+does not define.
 
 usage:
   python -m tests.differential.diffusion_score oracle CASES.json FIXTURE.json   # ask the oracle, keep answers
@@ -80,6 +83,11 @@ def _norm(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
+def _selection(components: Any) -> Any:
+    """A layerwise selection by what it selects: any list naming `all` selects every component."""
+    return ["all"] if isinstance(components, list) and "all" in components else components
+
+
 def compare(oracle: dict, accord: dict) -> list[str]:
     """The names on which the two answers differ: "status", or the fields both resolved differently.
 
@@ -102,6 +110,8 @@ def compare(oracle: dict, accord: dict) -> list[str]:
             continue
         if name == "bcg_text_buckets" and theirs is None:
             theirs = DEFAULT_BCG_TEXT_BUCKETS
+        if name == "layerwise_offload_components":
+            mine, theirs = _selection(mine), _selection(theirs)
         if name == "enable_cfg_parallel" and theirs is None:
             theirs = False   # left unset by --cfg-parallel-size 0; every upstream reader tests its truth
         if mine != theirs:
@@ -169,7 +179,7 @@ def report(fixture: list[dict], differ: dict[str, list[str]], relaxed: list[str]
         explained = [i for i in differ if (table.get(i) or {}).get("reason") in EXPLAINED]
         lines[0] += (f"; {agree + len(explained)} of {total} ({100.0 * (agree + len(explained)) / total:.1f}%) "
                      f"agree or differ for a listed reason (seed wins, upstream bug, launch-time truth)")
-        stale = sorted(set(table) - set(differ))
+        stale = sorted(set(table) & set(by_id) - set(differ))   # rows of this fixture only
         lines += [f"  {case_id}: in the table but agrees now" for case_id in stale]
     return "\n".join(lines)
 
