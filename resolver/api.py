@@ -78,7 +78,7 @@ class ConflictError(AccordError):
 
 
 def _check_known_flags(plan: Plan, user: Mapping[str, Any]) -> None:
-    unknown = sorted(set(user) - set(plan.catalog.flags))
+    unknown = sorted(name for name in user if name not in plan.catalog.flags)
     if unknown:
         raise UsageError(f"unknown {plan.catalog.system} flag name(s) {unknown}; "
                          f"see `accord flags --system {plan.catalog.system}`.")
@@ -175,10 +175,15 @@ def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any
     else:
         raise ConflictError(plan, user, facts, find_conflicts(plan, user, facts))
 
-    provenance: dict[str, Mapping[str, Any]] = {}
     shown = [name for name, only_typed in _reported(plan) if not only_typed or name in user]
+    # Every shown setting comes from its catalog default unless the user, `--relax` or a rule gave
+    # it its value; only those few names need looking at (a rule's origin is set only on the
+    # settings rules compute).
+    provenance: dict[str, Mapping[str, Any]] = dict.fromkeys(shown, _DEFAULT)
     origin = outcome.origin
-    for name in shown:
+    for name in (*relaxed, *user, *typed_auto, *plan.computed):
+        if name not in provenance:
+            continue
         if name in relaxed:
             provenance[name] = relaxed[name]
         elif name in user:
@@ -190,8 +195,6 @@ def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any
                 provenance[name] = _by_rule(origin[name])
         elif name in typed_auto:  # no rule decides it: the auto choice stays, as the user typed
             provenance[name] = {"source": "user", "via": sources.get(name, "cli")}
-        else:
-            provenance[name] = _DEFAULT
     final = Env(plan, user, facts, outcome.values)
     for rule, missing in outcome.unknown:
         notes.append(f"[{rule.id}] not checked: fact {missing} is unknown")

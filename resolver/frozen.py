@@ -13,12 +13,28 @@ from typing import Any, Mapping
 
 
 def canonical_json(obj: Any) -> str:
-    """JSON with sorted keys and no whitespace: the same data always gives the same bytes."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """JSON with sorted keys and no whitespace: the same data always gives the same bytes.
+
+    Frozen mappings and tuples are written as objects and arrays, like the dicts and lists they
+    were made from. The keys are put in order here rather than with `sort_keys` (which sorts
+    (key, value) pairs, about twice the cost of the encoding itself for a config's ~500 values);
+    the bytes are the same."""
+    return json.dumps(_in_key_order(obj), separators=(",", ":"), ensure_ascii=False)
+
+
+def _in_key_order(value: Any) -> Any:
+    """A plain copy of `value` for JSON: every mapping a dict in sorted key order, tuples as lists."""
+    if type(value) in _SCALARS:
+        return value
+    if isinstance(value, Mapping):
+        return {k: v if type(v := value[k]) in _SCALARS else _in_key_order(v) for k in sorted(value)}
+    if isinstance(value, (list, tuple)):
+        return [v if type(v) in _SCALARS else _in_key_order(v) for v in value]
+    return value
 
 
 def config_hash(system: str, facts: Mapping[str, Any], values: Mapping[str, Any]) -> str:
-    payload = {"system": system, "facts": dict(facts), "values": dict(values)}
+    payload = {"system": system, "facts": facts, "values": values}
     return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
 
 
@@ -41,7 +57,7 @@ def _freeze(value: Any) -> Any:
     if isinstance(value, dict):
         return MappingProxyType({k: v if type(v) in _KEPT else _freeze(v) for k, v in value.items()})
     if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
+        return tuple([v if type(v) in _KEPT else _freeze(v) for v in value])
     return value
 
 
@@ -68,7 +84,7 @@ class ResolvedConfig:
     def __init__(self, system: str, facts: Mapping[str, Any], values: Mapping[str, Any],
                  provenance: Mapping[str, Any] | None = None, warnings: list[str] | tuple = (),
                  expected_hash: str | None = None):
-        digest = config_hash(system, thaw(facts), thaw(values))
+        digest = config_hash(system, facts, values)
         if expected_hash is not None and expected_hash != digest:
             raise ConfigHashMismatch(
                 f"resolved config hash mismatch: expected {expected_hash[:12]}..., content hashes to "
