@@ -191,14 +191,27 @@ def _expr(text: Any, where: str, names: dict[str, Expr] | None = None, meta: dic
 
 def _combine(name: str, cases: tuple[tuple[Expr, Expr | None], ...], reads: tuple | None = None) -> Expr:
     """One expression for a derived value: the first case whose condition holds, else None.
-    `reads` (flags, facts, set checks, names) is what the plan cache stored of an earlier combine."""
+    `reads` (flags, facts, set checks, names) is what the plan cache stored of an earlier combine.
+
+    The value is kept in the environment's `named_values` when it has one (the solver's `Env`): a
+    derived value is read by many rules and by other derived values (the memory budget reads the
+    per-GPU weight size in several cases), and without the memo each read evaluates its whole
+    chain again. An environment gives every flag one value for its lifetime, so the memo is never
+    stale; an unknown fact is not kept, and is met again by the next read."""
     pairs = [(value._fn, when._fn if when is not None else None) for value, when in cases]
 
     def evaluate(env):
+        memo = getattr(env, "named_values", None)
+        if memo is not None and name in memo:
+            return memo[name]
+        result = None
         for value, when in pairs:
             if when is None or when(env):
-                return value(env)
-        return None
+                result = value(env)
+                break
+        if memo is not None:
+            memo[name] = result
+        return result
     if reads is None:
         parts = [e for value, when in cases for e in (value, when) if e is not None]
         reads = tuple(frozenset().union(*(getattr(e, key) for e in parts))

@@ -75,7 +75,7 @@ class Shared:
 class Env:
     """The values one (partial) assignment gives every flag; derived flags are computed on demand."""
 
-    __slots__ = ("plan", "user", "facts", "decided", "_derived", "_busy", "_shared", "_plain")
+    __slots__ = ("plan", "user", "facts", "decided", "_derived", "_busy", "_shared", "_plain", "named_values")
 
     def __init__(self, plan: "Plan", user: Mapping[str, Any], facts: Mapping[str, Any],
                  decided: Mapping[str, Any], shared: Shared | None = None):
@@ -87,6 +87,9 @@ class Env:
         self._busy: set[str] = set()
         self._shared = shared
         self._plain = plan.plain
+        # Named derived values read in this environment (kept by their expressions, see
+        # resolver/rules.py `_combine`), like `_derived` for derived flags.
+        self.named_values: dict[str, Any] = {}
 
     def fact(self, key: str) -> Any:
         try:
