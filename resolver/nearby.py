@@ -37,9 +37,17 @@ def _reads(rule: Rule) -> frozenset[str]:
 
 class _Index:
     """Who reads whom, given which flags the user set: an unset flag's default and prefer rules make
-    it a reader of the flags they read; a set flag reads nothing (its value is the user's)."""
+    it a reader of the flags they read; a set flag reads nothing (its value is the user's).
+
+    `affected` and `touched` answer from flag names alone, so their answers are kept (the index is
+    shared by every explanation of launches with these flags set, and one explanation asks about
+    the same few changes from several commands)."""
+
+    MEMO_LIMIT = 4096  # answers kept per index before the memo starts again (bounded memory)
 
     def __init__(self, plan: Plan, set_flags: frozenset[str]):
+        self._affected: dict[frozenset, frozenset[str]] = {}
+        self._touched: dict[frozenset, dict[int, Rule]] = {}
         self.readers: dict[str, set[str]] = {}
         for name, rules in (*plan.default_rules.items(), *plan.prefer_rules.items()):
             if name in set_flags:
@@ -52,20 +60,37 @@ class _Index:
             for read in _reads(rule):
                 self.rules_reading.setdefault(read, []).append(rule)
 
-    def affected(self, changed: Iterable[str]) -> set[str]:
+    def affected(self, changed: Iterable[str]) -> frozenset[str]:
         """The changed flags and every unset flag whose value may follow from them."""
-        found = set(changed)
-        pending = list(found)
-        while pending:
-            for reader in self.readers.get(pending.pop(), ()):
-                if reader not in found:
-                    found.add(reader)
-                    pending.append(reader)
+        key = frozenset(changed)
+        found = self._affected.get(key)
+        if found is None:
+            reached = set(key)
+            pending = list(reached)
+            while pending:
+                for reader in self.readers.get(pending.pop(), ()):
+                    if reader not in reached:
+                        reached.add(reader)
+                        pending.append(reader)
+            found = _remember(self._affected, key, frozenset(reached), self.MEMO_LIMIT)
         return found
 
     def touched(self, flags: Iterable[str]) -> dict[int, Rule]:
-        """The hard and warn rules reading any of `flags`, by id."""
-        return {id(rule): rule for name in flags for rule in self.rules_reading.get(name, ())}
+        """The hard and warn rules reading any of `flags`, by id (shared: callers only read it)."""
+        key = frozenset(flags)
+        found = self._touched.get(key)
+        if found is None:
+            found = {id(rule): rule for name in key for rule in self.rules_reading.get(name, ())}
+            found = _remember(self._touched, key, found, self.MEMO_LIMIT)
+        return found
+
+
+def _remember(memo: dict, key: Any, value: Any, limit: int) -> Any:
+    """`memo[key] = value`, emptying the memo first when it holds `limit` entries."""
+    if len(memo) >= limit:
+        memo.clear()
+    memo[key] = value
+    return value
 
 
 @functools.lru_cache(maxsize=64)

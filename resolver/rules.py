@@ -55,7 +55,7 @@ class Rule:
 
     FIELDS = ("id", "kind", "area", "reason", "ref", "when", "require", "flag", "value", "values",
               "message", "fix", "fix_fill_in", "seed", "file")
-    __slots__ = FIELDS + ("reads_flags", "reads_facts", "constrained_flags")
+    __slots__ = FIELDS + ("reads_flags", "reads_facts", "constrained_flags", "is_hard")
 
     def __init__(self, id: str, kind: str, area: str, reason: str, ref: str = "",
                  when: Expr | None = None, require: Expr | None = None, flag: str | None = None,
@@ -66,6 +66,8 @@ class Rule:
                  reads: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None):
         self.id = id
         self.kind = kind
+        # A plain attribute, not a property: explanations ask it of every rule thousands of times.
+        self.is_hard = kind in HARD_KINDS
         self.area = area
         self.reason = reason
         self.ref = ref
@@ -89,10 +91,6 @@ class Rule:
 
     def __repr__(self) -> str:
         return f"Rule({self.id!r}, kind={self.kind!r})"
-
-    @property
-    def is_hard(self) -> bool:
-        return self.kind in HARD_KINDS
 
     def expressions(self) -> list[Expr]:
         exprs = [e for e in (self.when, self.require, self.value) if e is not None]

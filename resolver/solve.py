@@ -320,6 +320,7 @@ class Plan:
         self._shared: dict[tuple[str, str], Shared] = {}
         self._warnings: dict[tuple, list[Rule]] = {}
         self._constant_memo: dict[tuple, _Constants] = {}
+        self._last_facts: tuple | None = None  # see `_facts_key`
 
     # -- decisions ---------------------------------------------------------------------------
 
@@ -462,13 +463,28 @@ class Plan:
     def shared(self, user: Mapping[str, Any], facts: Mapping[str, Any]) -> Shared:
         """The decision-free values of these user values and facts (kept for the last few pairs:
         an explanation solves the same launch under many rule subsets, the UI asks it again)."""
-        key = (repr(sorted(user.items())), _set_flags_key(user), repr(sorted(facts.items())))
+        key = (repr(sorted(user.items())), _set_flags_key(user), self._facts_key(facts))
         shared = self._shared.get(key)
         if shared is None:
             if len(self._shared) >= 32:
                 del self._shared[next(iter(self._shared))]  # the oldest pair
             shared = self._shared[key] = Shared(self._memo(user)[0], self._constants(user).derived)
         return shared
+
+    def _facts_key(self, facts: Mapping[str, Any]) -> str:
+        """`repr(sorted(facts.items()))`, the facts' part of a `shared` key, kept for the last facts
+        mapping asked about: an explanation asks `shared` about dozens of commands with the same
+        facts, and writing them out costs more than the rest of the key. The same mapping changed
+        in place since is noticed (its items, list values included, are compared with a copy, and
+        so are their types: 1 and 1.0 are equal but write differently), so the key is never stale."""
+        shape = _shape(facts)
+        last = self._last_facts
+        if shape is not None and last is not None and last[0] is facts and last[2] == shape and last[1] == facts:
+            return last[3]
+        key = repr(sorted(facts.items()))
+        if shape is not None:
+            self._last_facts = (facts, {k: list(v) if type(v) is list else v for k, v in facts.items()}, shape, key)
+        return key
 
     def warnings_to_check(self, user: Mapping[str, Any]) -> list[Rule]:
         """The warn rules that may apply to a launch with these flags set, in rule order (the others
@@ -637,6 +653,27 @@ class Plan:
                 return any(vals[0] == value for value, _ in self.candidates(_var, env))
             problem.addConstraint(eligible, names)
         return problem.getSolution() is not None, None
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _shape(facts: Mapping[str, Any]) -> list | None:
+    """The types of the facts' values and of the items of list values; None when a value is
+    neither a scalar nor a list of scalars (such facts are never remembered by `_facts_key`)."""
+    out: list = []
+    for value in facts.values():
+        kind = type(value)
+        if kind is list:
+            items = tuple(map(type, value))
+            if not _SCALARS.issuperset(items):
+                return None
+            out.append((list, items))
+        elif kind in _SCALARS:
+            out.append(kind)
+        else:
+            return None
+    return out
 
 
 def _same(a: Any, b: Any) -> bool:
