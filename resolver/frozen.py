@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from json.encoder import encode_basestring
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -34,9 +35,11 @@ def canonical_json(obj: Any) -> str:
 _PIECES: dict[tuple, str] = {}      # (name, type, value) -> '"name":value'
 _ORDERS: dict[tuple, list] = {}     # the names of a mapping, in its order -> the same sorted
 _MEMO_LIMIT = 65536
-# Values whose piece is kept: those that equal only values writing the same JSON once the type is
-# part of the key (floats are not: 0.0 == -0.0, and NaN equals nothing).
-_KEPT_PIECES = frozenset({str, int, bool, type(None)})
+# How JSON writes the values whose piece is kept: those that equal only values writing the same
+# JSON once the type is part of the key (floats are not: 0.0 == -0.0, and NaN equals nothing).
+# These are the encoder's own writers, called directly: a cold run writes every piece once.
+_WRITERS: dict[type, Any] = {str: encode_basestring, int: int.__repr__,
+                             bool: lambda value: "true" if value else "false", type(None): lambda value: "null"}
 
 
 def _flat_json(mapping: Mapping[str, Any]) -> str:
@@ -51,13 +54,14 @@ def _flat_json(mapping: Mapping[str, Any]) -> str:
     for name in order:
         value = mapping[name]
         kind = type(value)
-        if kind in _KEPT_PIECES:
+        write = _WRITERS.get(kind)
+        if write is not None:
             key = (name, kind, value)
             piece = _PIECES.get(key)
             if piece is None:
-                piece = _remember(_PIECES, key, f"{_ENCODER.encode(name)}:{_ENCODER.encode(value)}")
+                piece = _remember(_PIECES, key, f"{encode_basestring(name)}:{write(value)}")
         else:
-            piece = f"{_ENCODER.encode(name)}:{canonical_json(value)}"
+            piece = f"{encode_basestring(name)}:{canonical_json(value)}"
         pieces.append(piece)
     return "{" + ",".join(pieces) + "}"
 

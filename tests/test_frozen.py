@@ -30,7 +30,7 @@ CASES = [
     ("x", {"n": float("nan"), "i": float("inf")}, {"v": float("-inf")}),
     # Frozen input (a config rebuilt from another one) and keys that are not strings.
     ("x", MappingProxyType({"k": (1, 2)}), {"m": MappingProxyType({"z": 1, "a": [MappingProxyType({"q": 0})]})}),
-    ("x", {1: "one"}, {"v": 1}),
+    ("x", {1: "one"}, {"v": 1}), ("x", {'q"é\n': "\u2028"}, {"\x00": ""}),
 ]
 
 
