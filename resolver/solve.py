@@ -178,15 +178,24 @@ class _Constants:
     found here (`derived`: its value and rule) has that value in all of them.
     """
 
-    __slots__ = ("plain", "set_flags", "relaxed", "catalog", "default_rules", "derived", "_varies")
+    __slots__ = ("plain", "set_flags", "relaxed", "catalog", "default_rules", "derived", "_varies", "known_facts")
 
-    def __init__(self, plan: "Plan", user: Mapping[str, Any]):
+    def __init__(self, plan: "Plan", user: Mapping[str, Any], known_facts: frozenset[str] | None = None,
+                 seed: "_Constants | None" = None):
         self.plain = plan.plain
         self.catalog = plan.catalog
         self.default_rules = plan.default_rules
         self.set_flags, self.relaxed = _set_flags_key(user)
+        # With `known_facts` (which facts the launch has, not their values), a fact outside them is
+        # unknown here as in the launch: `known(engine)` is then false in every such launch.
+        self.known_facts = known_facts
         self.derived: dict[str, tuple[Any, str | None]] = {}
         self._varies: set[str] = set()   # flags found to vary, and flags being derived (cycles)
+        if seed is not None:
+            # What is constant knowing only the set flags stays so knowing the facts too; anything
+            # else is derived when a rule reads it.
+            self.derived.update(seed.derived)
+            return
         for name in plan.default_rules:
             try:
                 self.flag(name)
@@ -211,14 +220,19 @@ class _Constants:
         self._varies.add(name)
         result: tuple[Any, str | None] = (self.catalog[name].default, None)
         for rule in rules:
-            if rule.when is None or rule.when._fn(self):
-                result = (rule.value._fn(self), rule.id)
-                break
+            try:
+                if rule.when is None or rule.when._fn(self):
+                    result = (rule.value._fn(self), rule.id)
+                    break
+            except UnknownFact:  # as in `Env.derived` (only with `known_facts`: absent facts)
+                continue
         self._varies.discard(name)
         self.derived[name] = result
         return result
 
     def fact(self, key: str) -> Any:
+        if self.known_facts is not None and key not in self.known_facts:
+            raise UnknownFact(key)
         raise _Varies(key)
 
     def is_set(self, name: str) -> bool:
@@ -505,8 +519,9 @@ class Plan:
     def _structure(self, user: Mapping[str, Any], rules: list[Rule]) -> tuple:
         """How to decide, given which flags are set and which rules count (no values involved).
 
-        Returns (rules reading no decision, rules reading decisions, and per independent group of
-        decisions the steps (decision, later decisions, rules still open after it, rules it closes)).
+        Returns (rules reading no decision, rules reading decisions, per independent group of
+        decisions the steps (decision, later decisions, rules still open after it, rules it closes),
+        and a memo for `_fixed_to_check`).
         """
         key = (_set_flags_key(user), None if rules is self.hard_rules else tuple(map(id, rules)))
         found = self._structures.get(key)
@@ -550,7 +565,7 @@ class Plan:
                     open_until.append((rule, deps, last))
             groups.append([(var, order[i + 1:], [(rule, deps) for rule, deps, last in open_until if last > i],
                             closes_at.get(i, ())) for i, var in enumerate(order)])
-        found = (fixed, [rule for rule, _ in constrained], groups)
+        found = (fixed, [rule for rule, _ in constrained], groups, {})
         if len(self._structures) >= 512:
             self._structures.clear()
         self._structures[key] = found
@@ -562,7 +577,8 @@ class Plan:
         Returns (decisions, satisfiable, rules that could not be checked for lack of a fact, the
         rules that read decisions). Rules that read no decision are checked here, once.
         """
-        fixed, with_decisions, groups = self._structure(user, rules)
+        fixed, with_decisions, groups, by_facts = self._structure(user, rules)
+        fixed = self._fixed_to_check(user, facts, fixed, by_facts)
         base = Env(self, user, facts, {}, shared)
         verdicts = shared.verdicts
         unknown: list[tuple[Rule, str]] = []
@@ -599,6 +615,24 @@ class Plan:
                     decided.pop(var, None)
                     return decided, False, unknown, with_decisions
         return decided, True, unknown, with_decisions
+
+    def _fixed_to_check(self, user: Mapping[str, Any], facts: Mapping[str, Any], fixed: list[Rule],
+                        by_facts: dict[frozenset, list[Rule]]) -> list[Rule]:
+        """The rules of `fixed` (they read no decision) that may fail with these facts known.
+
+        A rule that holds knowing only which flags are set and which facts exist holds in every
+        launch like this one: say, a rule about Accord's own engine, guarded by `known(engine)`,
+        when the facts have no `engine` (a plain resolve). Kept per set of fact names, next to the
+        structure; the facts' values never enter it."""
+        known = frozenset(facts)
+        found = by_facts.get(known)
+        if found is None:
+            probe = _Constants(self, user, known, seed=self._constants(user))
+            found = [rule for rule in fixed if _constant(check, rule, probe) is not True]
+            if len(by_facts) >= 64:
+                by_facts.clear()
+            by_facts[known] = found
+        return found
 
     def _decision_order(self, component: set[str], extra: dict[str, frozenset]) -> list[str]:
         """Decisions whose eligibility others read come first; catalog order breaks ties."""
