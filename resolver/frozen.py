@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from json.encoder import encode_basestring
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -60,10 +61,21 @@ def _flat_json(mapping: Mapping[str, Any]) -> str:
             piece = _PIECES.get(key)
             if piece is None:
                 piece = _remember(_PIECES, key, f"{encode_basestring(name)}:{write(value)}")
+        elif kind is float:  # written each time (see `_WRITERS`), but without the encoder's overhead
+            piece = f"{encode_basestring(name)}:{_float_json(value)}"
         else:
             piece = f"{encode_basestring(name)}:{canonical_json(value)}"
         pieces.append(piece)
     return "{" + ",".join(pieces) + "}"
+
+
+def _float_json(value: float) -> str:
+    """A float as JSON writes it: its repr, or NaN / Infinity / -Infinity."""
+    if value != value:
+        return "NaN"
+    if value in (math.inf, -math.inf):
+        return "Infinity" if value > 0 else "-Infinity"
+    return float.__repr__(value)
 
 
 def _remember(memo: dict, key: Any, value: Any) -> Any:

@@ -521,7 +521,7 @@ class Plan:
 
         Returns (rules reading no decision, rules reading decisions, per independent group of
         decisions the steps (decision, later decisions, rules still open after it, rules it closes),
-        and a memo for `_fixed_to_check`).
+        and a memo for `_for_facts`).
         """
         key = (_set_flags_key(user), None if rules is self.hard_rules else tuple(map(id, rules)))
         found = self._structures.get(key)
@@ -577,8 +577,7 @@ class Plan:
         Returns (decisions, satisfiable, rules that could not be checked for lack of a fact, the
         rules that read decisions). Rules that read no decision are checked here, once.
         """
-        fixed, with_decisions, groups, by_facts = self._structure(user, rules)
-        fixed = self._fixed_to_check(user, facts, fixed, by_facts)
+        fixed, with_decisions, groups = self._for_facts(user, facts, self._structure(user, rules))
         base = Env(self, user, facts, {}, shared)
         verdicts = shared.verdicts
         unknown: list[tuple[Rule, str]] = []
@@ -616,19 +615,23 @@ class Plan:
                     return decided, False, unknown, with_decisions
         return decided, True, unknown, with_decisions
 
-    def _fixed_to_check(self, user: Mapping[str, Any], facts: Mapping[str, Any], fixed: list[Rule],
-                        by_facts: dict[frozenset, list[Rule]]) -> list[Rule]:
-        """The rules of `fixed` (they read no decision) that may fail with these facts known.
-
-        A rule that holds knowing only which flags are set and which facts exist holds in every
-        launch like this one: say, a rule about Accord's own engine, guarded by `known(engine)`,
-        when the facts have no `engine` (a plain resolve). Kept per set of fact names, next to the
-        structure; the facts' values never enter it."""
+    def _for_facts(self, user: Mapping[str, Any], facts: Mapping[str, Any], structure: tuple) -> tuple:
+        """`structure` (see `_structure`) without the rules that hold whatever the values, knowing
+        only which flags are set and which facts exist: say, the rules about Accord's own engine,
+        guarded by `known(engine)`, when the facts have no `engine` (a plain resolve). Such a rule
+        never fails and never reads an unknown fact, so no check of it can change a decision or
+        the outcome. Kept per set of fact names, next to the structure; no fact value enters it."""
+        fixed, with_decisions, groups, by_facts = structure
         known = frozenset(facts)
         found = by_facts.get(known)
         if found is None:
             probe = _Constants(self, user, known, seed=self._constants(user))
-            found = [rule for rule in fixed if _constant(check, rule, probe) is not True]
+            holds_anyway = {id(rule) for rule in (*fixed, *with_decisions) if _constant(check, rule, probe) is True}
+            found = ([rule for rule in fixed if id(rule) not in holds_anyway],
+                     [rule for rule in with_decisions if id(rule) not in holds_anyway],
+                     [[(var, rest, [(rule, deps) for rule, deps in ahead if id(rule) not in holds_anyway],
+                        [rule for rule in closing if id(rule) not in holds_anyway])
+                       for var, rest, ahead, closing in steps] for steps in groups])
             if len(by_facts) >= 64:
                 by_facts.clear()
             by_facts[known] = found
