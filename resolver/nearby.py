@@ -401,7 +401,8 @@ def _preferred(plan: Plan, values: Mapping[str, Any], facts: Mapping[str, Any], 
     for names, _ in groups:
         for var in names:
             decided[var] = env.flag(var)
-    if all(holds(rule, env) for _, rules in groups for rule in rules):
+    anyway = plan.holds_anyway(values, facts)[1]  # hold whatever the decisions: not checked
+    if all(holds(rule, env) for _, rules in groups for rule in rules if id(rule) not in anyway):
         return decided
     return None
 

@@ -483,7 +483,27 @@ class Plan:
             if len(self._shared) >= 32:
                 del self._shared[next(iter(self._shared))]  # the oldest pair
             shared = self._shared[key] = Shared(self._memo(user)[0], self._constants(user).derived)
+            # The decision-free rules that hold whatever the values are known to hold already.
+            shared.verdicts.update(dict.fromkeys(self.holds_anyway(user, facts)[0], True))
         return shared
+
+    def holds_anyway(self, user: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple[frozenset[int], frozenset[int]]:
+        """Ids of the hard rules that hold in every launch with these flags set and these fact
+        names, whatever the values (see `_for_facts`): (the decision-free ones, the decision-reading
+        ones). Explanations skip checking them, as `_decide` does."""
+        structure = self._structure(user, self.hard_rules)
+        by_facts = structure[3]
+        key = ("holds anyway", frozenset(facts))
+        found = by_facts.get(key)
+        if found is None:
+            fixed, with_decisions, _ = self._for_facts(user, facts, structure)
+            checked = {id(rule) for rule in (*fixed, *with_decisions)}
+            reading = {id(rule) for rule in structure[1]}
+            anyway = [id(rule) for rule in self.hard_rules if id(rule) not in checked]
+            found = (frozenset(rid for rid in anyway if rid not in reading),
+                     frozenset(rid for rid in anyway if rid in reading))
+            by_facts[key] = found
+        return found
 
     def _facts_key(self, facts: Mapping[str, Any]) -> str:
         """`repr(sorted(facts.items()))`, the facts' part of a `shared` key, kept for the last facts
