@@ -144,6 +144,9 @@ class Nearby:
         self._all: tuple | None = None                 # (plan.decisions(user, facts), all rules held)
         self.shared = plan.shared(user, facts)
         self._env = Env(plan, user, facts, {}, self.shared)
+        # Ids of the decision-free rules that hold whatever the values (`Plan.holds_anyway`): their
+        # verdict is True without evaluating them.
+        self._anyway = plan.holds_anyway(user, facts)[0]
         self._index = _index(plan, frozenset(user))
         self._verdicts: dict[int, Any] | None = None   # id(rule) -> every decision-free verdict
         layout = _layout(plan, user)
@@ -161,6 +164,8 @@ class Nearby:
         """True, False or the missing fact's key for a decision-free rule; None for the others."""
         if id(rule) in self._constrained:
             return None
+        if id(rule) in self._anyway:
+            return True
         return _verdict(rule, self._env, self.shared)
 
     def verdicts(self) -> dict[int, Any]:
@@ -205,7 +210,7 @@ class Nearby:
                 decision_free = False
                 continue
             verdict = known.get(rid)
-            if verdict is None:
+            if verdict is None and rid not in self._anyway:
                 verdict = _verdict(rule, self._env, self.shared)
             if verdict is False:
                 return True
@@ -269,8 +274,10 @@ class Nearby:
         shared = plan.shared(values, self.facts)
         self._seed_derived(shared, flags)
         env = Env(plan, values, self.facts, {}, shared)
+        anyway = plan.holds_anyway(values, self.facts)[0]
         for rule in touched.values():
-            if rule.is_hard and id(rule) not in layout.constrained and _verdict(rule, env, shared) is False:
+            if rule.is_hard and id(rule) not in layout.constrained and id(rule) not in anyway \
+                    and _verdict(rule, env, shared) is False:
                 self._rejected_by(rule)
                 return None
         self._seed_verdicts(shared, touched)
@@ -327,12 +334,13 @@ class Nearby:
         final = self._base_final() if neighbour.differ is not None else {}
         touched = self._index.touched(neighbour.differ) if neighbour.differ is not None else None
         constrained = neighbour.constrained
+        anyway = plan.holds_anyway(values, self.facts)[1]
         fired = set()
         # Decisions found as the preferred completion were checked against every rule that reads
         # them on exactly these values: `solve`'s final check can only agree.
         for rule in plan.warn_rules if neighbour.held else (*plan.hard_rules, *plan.warn_rules):
-            if rule.is_hard and id(rule) not in constrained:
-                continue  # decision-free: already held before the decisions were made
+            if rule.is_hard and (id(rule) not in constrained or id(rule) in anyway):
+                continue  # decision-free: already held before the decisions were made; or holds anyway
             if touched is not None and id(rule) not in touched:
                 # (a hard rule is absent when the base decisions were checked against all of them)
                 reading = final.get(id(rule), True) if rule.is_hard else final[id(rule)]
@@ -365,7 +373,9 @@ class Nearby:
         if self._final is None:
             env = Env(self.plan, self.user, self.facts, self.base_decisions(), self.shared)
             held = self._decided[1]
-            rules = [] if held else [r for r in self.plan.hard_rules if id(r) in self._constrained]
+            anyway = self.plan.holds_anyway(self.user, self.facts)[1]  # read as holding, below
+            rules = [] if held else [r for r in self.plan.hard_rules
+                                     if id(r) in self._constrained and id(r) not in anyway]
             self._final = {id(rule): _reading(rule, env) for rule in (*rules, *self.plan.warn_rules)}
         return self._final
 

@@ -483,8 +483,6 @@ class Plan:
             if len(self._shared) >= 32:
                 del self._shared[next(iter(self._shared))]  # the oldest pair
             shared = self._shared[key] = Shared(self._memo(user)[0], self._constants(user).derived)
-            # The decision-free rules that hold whatever the values are known to hold already.
-            shared.verdicts.update(dict.fromkeys(self.holds_anyway(user, facts)[0], True))
         return shared
 
     def holds_anyway(self, user: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple[frozenset[int], frozenset[int]]:
