@@ -8,8 +8,10 @@ is printed next to a baseline measured in the same run (argparse alone, the hot 
 Hot figures compute every answer: the per-launch values the solver keeps between calls (see
 `Plan.shared`) are dropped before each run, so repeating one launch is not answered from memory.
 What the plan keeps per set of set flags, whatever their values (the decision structure, and the
-rules and derived values that are constant given which flags are set), stays, as it does for
-every later launch of a session that sets the same flags.
+rules and derived values that are constant given which flags are set, and the rules that hold
+whatever the values given also which facts exist), stays, as it does for every later launch of a
+session that sets the same flags on the same kind of machine; so do the JSON pieces of the config
+hash (one per flag and value already written, mostly catalog defaults: see resolver/frozen.py).
 Cold processes run as an installed `accord` does (`python -m resolver.cli`: the program itself,
 so without the cyclic garbage collector, see resolver/cli.py): with Python's bytecode cache (written
 to a temporary PYTHONPYCACHEPREFIX, never into the checkout, even when PYTHONDONTWRITEBYTECODE is

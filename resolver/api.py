@@ -78,7 +78,7 @@ class ConflictError(AccordError):
 
 
 def _check_known_flags(plan: Plan, user: Mapping[str, Any]) -> None:
-    unknown = sorted(set(user) - set(plan.catalog.flags))
+    unknown = sorted(name for name in user if name not in plan.catalog.flags)
     if unknown:
         raise UsageError(f"unknown {plan.catalog.system} flag name(s) {unknown}; "
                          f"see `accord flags --system {plan.catalog.system}`.")
@@ -113,26 +113,33 @@ def _apply_combined_fix(plan: Plan, user: dict[str, Any], facts: Mapping[str, An
     return combine([fix for fix, _ in parts]).apply(user, as_upstream=as_upstream)
 
 
-_REPORTED: "weakref.WeakKeyDictionary[Plan, tuple[tuple[str, bool], ...]]" = weakref.WeakKeyDictionary()
+_REPORTED: "weakref.WeakKeyDictionary[Plan, tuple[tuple[str, ...], frozenset[str]]]" = weakref.WeakKeyDictionary()
 
 
-def _reported(plan: Plan) -> tuple[tuple[str, bool], ...]:
-    """The flags that may belong in the resolved values, in order, each with whether it does only
-    when the user typed it (worked out once per plan).
+def _shown(plan: Plan, user: Mapping[str, Any]) -> tuple[str, ...] | list[str]:
+    """The flags that belong in the resolved values, in catalog order.
 
     A retired flag (ignored or removed upstream) never does anything, and a deprecated one the user
     did not type only mirrors its replacement, so neither is reported: the values then feed back
-    through `--config` without reviving old spellings, and give the same values and hash.
+    through `--config` without reviving old spellings, and give the same values and hash. What is
+    shown when no deprecated flag is typed (most launches) is worked out once per plan.
     """
     found = _REPORTED.get(plan)
     if found is None:
-        out = []
+        usual, deprecated = [], set()
         for name in plan.names:
-            deprecated = plan.catalog[name].deprecated or {}
-            if not (deprecated.get("ignored") or deprecated.get("removed")):
-                out.append((name, bool(deprecated)))
-        found = _REPORTED[plan] = tuple(out)
-    return found
+            flag_deprecated = plan.catalog[name].deprecated or {}
+            if flag_deprecated.get("ignored") or flag_deprecated.get("removed"):
+                continue
+            if flag_deprecated:
+                deprecated.add(name)
+            else:
+                usual.append(name)
+        found = _REPORTED[plan] = (tuple(usual), frozenset(usual), frozenset(deprecated))
+    usual, always, deprecated = found
+    if deprecated.isdisjoint(user):
+        return usual
+    return [name for name in plan.names if name in always or (name in deprecated and name in user)]
 
 
 # Provenance entries shared by every config (read-only, so `ResolvedConfig` keeps them as they are).
@@ -175,10 +182,15 @@ def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any
     else:
         raise ConflictError(plan, user, facts, find_conflicts(plan, user, facts))
 
-    provenance: dict[str, Mapping[str, Any]] = {}
-    shown = [name for name, only_typed in _reported(plan) if not only_typed or name in user]
+    shown = _shown(plan, user)
+    # Every shown setting comes from its catalog default unless the user, `--relax` or a rule gave
+    # it its value; only those few names need looking at (a rule's origin is set only on the
+    # settings rules compute).
+    provenance: dict[str, Mapping[str, Any]] = dict.fromkeys(shown, _DEFAULT)
     origin = outcome.origin
-    for name in shown:
+    for name in (*relaxed, *user, *typed_auto, *plan.computed):
+        if name not in provenance:
+            continue
         if name in relaxed:
             provenance[name] = relaxed[name]
         elif name in user:
@@ -190,8 +202,6 @@ def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any
                 provenance[name] = _by_rule(origin[name])
         elif name in typed_auto:  # no rule decides it: the auto choice stays, as the user typed
             provenance[name] = {"source": "user", "via": sources.get(name, "cli")}
-        else:
-            provenance[name] = _DEFAULT
     final = Env(plan, user, facts, outcome.values)
     for rule, missing in outcome.unknown:
         notes.append(f"[{rule.id}] not checked: fact {missing} is unknown")
@@ -201,5 +211,5 @@ def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any
                 notes.append(f"[{rule.id}] {rule.message}")
         except UnknownFact:  # an unknown fact silences a warning rather than guessing
             continue
-    values = {name: outcome.values[name] for name in shown}
+    values = dict(zip(shown, map(outcome.values.__getitem__, shown)))
     return ResolvedConfig(system, facts, values, provenance, notes)

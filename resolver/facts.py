@@ -230,6 +230,12 @@ def list_presets() -> list[str]:
     return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
 
 
+def _is_preset(spec: str) -> bool:
+    """Whether `spec` is one of `list_presets()`, asked of its one file instead of listing the
+    folder (every `load_facts` asks this)."""
+    return bool(spec) and "/" not in spec and os.sep not in spec and (PRESETS_DIR / f"{spec}.yaml").exists()
+
+
 def load_preset(name: str) -> dict[str, Any]:
     """The facts of one preset machine, sorted by key (a fresh dict each call)."""
     return {k: list(v) if isinstance(v, list) else v for k, v in _preset(name).items()}
@@ -308,7 +314,7 @@ def _base_facts(spec: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(probed or preset facts, explicit facts) for a `--facts` value."""
     if spec == "probe":
         return probe(), {}
-    if spec in list_presets():
+    if _is_preset(spec):
         return load_preset(spec), {}
     path = Path(spec).expanduser()
     if path.is_file():

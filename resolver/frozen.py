@@ -8,18 +8,87 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from json.encoder import encode_basestring
 from types import MappingProxyType
 from typing import Any, Mapping
 
 
+def _plain(value: Any) -> Any:
+    """What JSON writes for a frozen mapping: the dict it was made from (tuples it writes as arrays)."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_plain)
+
+
 def canonical_json(obj: Any) -> str:
-    """JSON with sorted keys and no whitespace: the same data always gives the same bytes."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """JSON with sorted keys and no whitespace: the same data always gives the same bytes.
+    Frozen mappings and tuples are written as the objects and arrays they were made from."""
+    return _ENCODER.encode(obj)
+
+
+# Pieces of `_flat_json`, kept between configs: a config's ~500 values are mostly the same from one
+# launch to the next (catalog defaults), and writing each as JSON, and sorting the names, costs
+# more than the rest of a hot resolve's bookkeeping. Bounded: emptied when full.
+_PIECES: dict[tuple, str] = {}      # (name, type, value) -> '"name":value'
+_ORDERS: dict[tuple, list] = {}     # the names of a mapping, in its order -> the same sorted
+_MEMO_LIMIT = 65536
+# How JSON writes the values whose piece is kept: those that equal only values writing the same
+# JSON once the type is part of the key (floats are not: 0.0 == -0.0, and NaN equals nothing).
+# These are the encoder's own writers, called directly: a cold run writes every piece once.
+_WRITERS: dict[type, Any] = {str: encode_basestring, int: int.__repr__,
+                             bool: lambda value: "true" if value else "false", type(None): lambda value: "null"}
+
+
+def _flat_json(mapping: Mapping[str, Any]) -> str:
+    """`canonical_json(mapping)` for a mapping with string keys, built from remembered pieces."""
+    names = tuple(mapping)
+    order = _ORDERS.get(names)
+    if order is None:
+        if not all(type(name) is str for name in names):
+            return canonical_json(mapping)
+        order = _remember(_ORDERS, names, sorted(names))
+    pieces = []
+    for name in order:
+        value = mapping[name]
+        kind = type(value)
+        write = _WRITERS.get(kind)
+        if write is not None:
+            key = (name, kind, value)
+            piece = _PIECES.get(key)
+            if piece is None:
+                piece = _remember(_PIECES, key, f"{encode_basestring(name)}:{write(value)}")
+        elif kind is float:  # written each time (see `_WRITERS`), but without the encoder's overhead
+            piece = f"{encode_basestring(name)}:{_float_json(value)}"
+        else:
+            piece = f"{encode_basestring(name)}:{canonical_json(value)}"
+        pieces.append(piece)
+    return "{" + ",".join(pieces) + "}"
+
+
+def _float_json(value: float) -> str:
+    """A float as JSON writes it: its repr, or NaN / Infinity / -Infinity."""
+    if value != value:
+        return "NaN"
+    if value in (math.inf, -math.inf):
+        return "Infinity" if value > 0 else "-Infinity"
+    return float.__repr__(value)
+
+
+def _remember(memo: dict, key: Any, value: Any) -> Any:
+    if len(memo) >= _MEMO_LIMIT:
+        memo.clear()
+    memo[key] = value
+    return value
 
 
 def config_hash(system: str, facts: Mapping[str, Any], values: Mapping[str, Any]) -> str:
-    payload = {"system": system, "facts": dict(facts), "values": dict(values)}
-    return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
+    """SHA-256 of `canonical_json({"system": system, "facts": facts, "values": values})`."""
+    text = f'{{"facts":{_flat_json(facts)},"system":{canonical_json(system)},"values":{_flat_json(values)}}}'
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class ConfigHashMismatch(ValueError):
@@ -39,10 +108,21 @@ def _freeze(value: Any) -> Any:
     if type(value) in _SCALARS:
         return value
     if isinstance(value, dict):
-        return MappingProxyType({k: v if type(v) in _KEPT else _freeze(v) for k, v in value.items()})
+        # A copy in one C call, then only the entries that need freezing replaced (a config's
+        # values and provenance are almost all scalars and shared read-only entries).
+        frozen = dict(value)
+        for key, item in value.items():
+            if type(item) not in _KEPT:
+                frozen[key] = _freeze(item)
+        return MappingProxyType(frozen)
     if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
+        return tuple([v if type(v) in _KEPT else _freeze(v) for v in value])
     return value
+
+
+def _freeze_mapping(mapping: Mapping[str, Any]) -> MappingProxyType:
+    """A read-only copy of any mapping (a dict is copied once, inside `_freeze`)."""
+    return _freeze(mapping if isinstance(mapping, dict) else dict(mapping))
 
 
 def thaw(value: Any) -> Any:
@@ -68,15 +148,15 @@ class ResolvedConfig:
     def __init__(self, system: str, facts: Mapping[str, Any], values: Mapping[str, Any],
                  provenance: Mapping[str, Any] | None = None, warnings: list[str] | tuple = (),
                  expected_hash: str | None = None):
-        digest = config_hash(system, thaw(facts), thaw(values))
+        digest = config_hash(system, facts, values)
         if expected_hash is not None and expected_hash != digest:
             raise ConfigHashMismatch(
                 f"resolved config hash mismatch: expected {expected_hash[:12]}..., content hashes to "
                 f"{digest[:12]}...; the config was modified after resolution. Re-run `accord resolve`.")
         object.__setattr__(self, "system", system)
-        object.__setattr__(self, "facts", _freeze(dict(facts)))
-        object.__setattr__(self, "values", _freeze(dict(values)))
-        object.__setattr__(self, "provenance", _freeze(dict(provenance or {})))
+        object.__setattr__(self, "facts", _freeze_mapping(facts))
+        object.__setattr__(self, "values", _freeze_mapping(values))
+        object.__setattr__(self, "provenance", _freeze_mapping(provenance or {}))
         object.__setattr__(self, "warnings", tuple(warnings))
         object.__setattr__(self, "hash", digest)
 

@@ -37,9 +37,17 @@ def _reads(rule: Rule) -> frozenset[str]:
 
 class _Index:
     """Who reads whom, given which flags the user set: an unset flag's default and prefer rules make
-    it a reader of the flags they read; a set flag reads nothing (its value is the user's)."""
+    it a reader of the flags they read; a set flag reads nothing (its value is the user's).
+
+    `affected` and `touched` answer from flag names alone, so their answers are kept (the index is
+    shared by every explanation of launches with these flags set, and one explanation asks about
+    the same few changes from several commands)."""
+
+    MEMO_LIMIT = 4096  # answers kept per index before the memo starts again (bounded memory)
 
     def __init__(self, plan: Plan, set_flags: frozenset[str]):
+        self._affected: dict[frozenset, frozenset[str]] = {}
+        self._touched: dict[frozenset, dict[int, Rule]] = {}
         self.readers: dict[str, set[str]] = {}
         for name, rules in (*plan.default_rules.items(), *plan.prefer_rules.items()):
             if name in set_flags:
@@ -52,20 +60,37 @@ class _Index:
             for read in _reads(rule):
                 self.rules_reading.setdefault(read, []).append(rule)
 
-    def affected(self, changed: Iterable[str]) -> set[str]:
+    def affected(self, changed: Iterable[str]) -> frozenset[str]:
         """The changed flags and every unset flag whose value may follow from them."""
-        found = set(changed)
-        pending = list(found)
-        while pending:
-            for reader in self.readers.get(pending.pop(), ()):
-                if reader not in found:
-                    found.add(reader)
-                    pending.append(reader)
+        key = frozenset(changed)
+        found = self._affected.get(key)
+        if found is None:
+            reached = set(key)
+            pending = list(reached)
+            while pending:
+                for reader in self.readers.get(pending.pop(), ()):
+                    if reader not in reached:
+                        reached.add(reader)
+                        pending.append(reader)
+            found = _remember(self._affected, key, frozenset(reached), self.MEMO_LIMIT)
         return found
 
     def touched(self, flags: Iterable[str]) -> dict[int, Rule]:
-        """The hard and warn rules reading any of `flags`, by id."""
-        return {id(rule): rule for name in flags for rule in self.rules_reading.get(name, ())}
+        """The hard and warn rules reading any of `flags`, by id (shared: callers only read it)."""
+        key = frozenset(flags)
+        found = self._touched.get(key)
+        if found is None:
+            found = {id(rule): rule for name in key for rule in self.rules_reading.get(name, ())}
+            found = _remember(self._touched, key, found, self.MEMO_LIMIT)
+        return found
+
+
+def _remember(memo: dict, key: Any, value: Any, limit: int) -> Any:
+    """`memo[key] = value`, emptying the memo first when it holds `limit` entries."""
+    if len(memo) >= limit:
+        memo.clear()
+    memo[key] = value
+    return value
 
 
 @functools.lru_cache(maxsize=64)
@@ -119,6 +144,9 @@ class Nearby:
         self._all: tuple | None = None                 # (plan.decisions(user, facts), all rules held)
         self.shared = plan.shared(user, facts)
         self._env = Env(plan, user, facts, {}, self.shared)
+        # Ids of the decision-free rules that hold whatever the values (`Plan.holds_anyway`): their
+        # verdict is True without evaluating them.
+        self._anyway = plan.holds_anyway(user, facts)[0]
         self._index = _index(plan, frozenset(user))
         self._verdicts: dict[int, Any] | None = None   # id(rule) -> every decision-free verdict
         layout = _layout(plan, user)
@@ -136,6 +164,8 @@ class Nearby:
         """True, False or the missing fact's key for a decision-free rule; None for the others."""
         if id(rule) in self._constrained:
             return None
+        if id(rule) in self._anyway:
+            return True
         return _verdict(rule, self._env, self.shared)
 
     def verdicts(self) -> dict[int, Any]:
@@ -180,7 +210,7 @@ class Nearby:
                 decision_free = False
                 continue
             verdict = known.get(rid)
-            if verdict is None:
+            if verdict is None and rid not in self._anyway:
                 verdict = _verdict(rule, self._env, self.shared)
             if verdict is False:
                 return True
@@ -244,8 +274,10 @@ class Nearby:
         shared = plan.shared(values, self.facts)
         self._seed_derived(shared, flags)
         env = Env(plan, values, self.facts, {}, shared)
+        anyway = plan.holds_anyway(values, self.facts)[0]
         for rule in touched.values():
-            if rule.is_hard and id(rule) not in layout.constrained and _verdict(rule, env, shared) is False:
+            if rule.is_hard and id(rule) not in layout.constrained and id(rule) not in anyway \
+                    and _verdict(rule, env, shared) is False:
                 self._rejected_by(rule)
                 return None
         self._seed_verdicts(shared, touched)
@@ -302,12 +334,13 @@ class Nearby:
         final = self._base_final() if neighbour.differ is not None else {}
         touched = self._index.touched(neighbour.differ) if neighbour.differ is not None else None
         constrained = neighbour.constrained
+        anyway = plan.holds_anyway(values, self.facts)[1]
         fired = set()
         # Decisions found as the preferred completion were checked against every rule that reads
         # them on exactly these values: `solve`'s final check can only agree.
         for rule in plan.warn_rules if neighbour.held else (*plan.hard_rules, *plan.warn_rules):
-            if rule.is_hard and id(rule) not in constrained:
-                continue  # decision-free: already held before the decisions were made
+            if rule.is_hard and (id(rule) not in constrained or id(rule) in anyway):
+                continue  # decision-free: already held before the decisions were made; or holds anyway
             if touched is not None and id(rule) not in touched:
                 # (a hard rule is absent when the base decisions were checked against all of them)
                 reading = final.get(id(rule), True) if rule.is_hard else final[id(rule)]
@@ -340,7 +373,9 @@ class Nearby:
         if self._final is None:
             env = Env(self.plan, self.user, self.facts, self.base_decisions(), self.shared)
             held = self._decided[1]
-            rules = [] if held else [r for r in self.plan.hard_rules if id(r) in self._constrained]
+            anyway = self.plan.holds_anyway(self.user, self.facts)[1]  # read as holding, below
+            rules = [] if held else [r for r in self.plan.hard_rules
+                                     if id(r) in self._constrained and id(r) not in anyway]
             self._final = {id(rule): _reading(rule, env) for rule in (*rules, *self.plan.warn_rules)}
         return self._final
 
@@ -376,7 +411,8 @@ def _preferred(plan: Plan, values: Mapping[str, Any], facts: Mapping[str, Any], 
     for names, _ in groups:
         for var in names:
             decided[var] = env.flag(var)
-    if all(holds(rule, env) for _, rules in groups for rule in rules):
+    anyway = plan.holds_anyway(values, facts)[1]  # hold whatever the decisions: not checked
+    if all(holds(rule, env) for _, rules in groups for rule in rules if id(rule) not in anyway):
         return decided
     return None
 

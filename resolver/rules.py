@@ -55,7 +55,7 @@ class Rule:
 
     FIELDS = ("id", "kind", "area", "reason", "ref", "when", "require", "flag", "value", "values",
               "message", "fix", "fix_fill_in", "seed", "file")
-    __slots__ = FIELDS + ("reads_flags", "reads_facts", "constrained_flags")
+    __slots__ = FIELDS + ("reads_flags", "reads_facts", "constrained_flags", "is_hard")
 
     def __init__(self, id: str, kind: str, area: str, reason: str, ref: str = "",
                  when: Expr | None = None, require: Expr | None = None, flag: str | None = None,
@@ -66,6 +66,8 @@ class Rule:
                  reads: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None):
         self.id = id
         self.kind = kind
+        # A plain attribute, not a property: explanations ask it of every rule thousands of times.
+        self.is_hard = kind in HARD_KINDS
         self.area = area
         self.reason = reason
         self.ref = ref
@@ -89,10 +91,6 @@ class Rule:
 
     def __repr__(self) -> str:
         return f"Rule({self.id!r}, kind={self.kind!r})"
-
-    @property
-    def is_hard(self) -> bool:
-        return self.kind in HARD_KINDS
 
     def expressions(self) -> list[Expr]:
         exprs = [e for e in (self.when, self.require, self.value) if e is not None]
@@ -191,14 +189,27 @@ def _expr(text: Any, where: str, names: dict[str, Expr] | None = None, meta: dic
 
 def _combine(name: str, cases: tuple[tuple[Expr, Expr | None], ...], reads: tuple | None = None) -> Expr:
     """One expression for a derived value: the first case whose condition holds, else None.
-    `reads` (flags, facts, set checks, names) is what the plan cache stored of an earlier combine."""
+    `reads` (flags, facts, set checks, names) is what the plan cache stored of an earlier combine.
+
+    The value is kept in the environment's `named_values` when it has one (the solver's `Env`): a
+    derived value is read by many rules and by other derived values (the memory budget reads the
+    per-GPU weight size in several cases), and without the memo each read evaluates its whole
+    chain again. An environment gives every flag one value for its lifetime, so the memo is never
+    stale; an unknown fact is not kept, and is met again by the next read."""
     pairs = [(value._fn, when._fn if when is not None else None) for value, when in cases]
 
     def evaluate(env):
+        memo = getattr(env, "named_values", None)
+        if memo is not None and name in memo:
+            return memo[name]
+        result = None
         for value, when in pairs:
             if when is None or when(env):
-                return value(env)
-        return None
+                result = value(env)
+                break
+        if memo is not None:
+            memo[name] = result
+        return result
     if reads is None:
         parts = [e for value, when in cases for e in (value, when) if e is not None]
         reads = tuple(frozenset().union(*(getattr(e, key) for e in parts))

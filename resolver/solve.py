@@ -75,7 +75,7 @@ class Shared:
 class Env:
     """The values one (partial) assignment gives every flag; derived flags are computed on demand."""
 
-    __slots__ = ("plan", "user", "facts", "decided", "_derived", "_busy", "_shared", "_plain")
+    __slots__ = ("plan", "user", "facts", "decided", "_derived", "_busy", "_shared", "_plain", "named_values")
 
     def __init__(self, plan: "Plan", user: Mapping[str, Any], facts: Mapping[str, Any],
                  decided: Mapping[str, Any], shared: Shared | None = None):
@@ -87,6 +87,9 @@ class Env:
         self._busy: set[str] = set()
         self._shared = shared
         self._plain = plan.plain
+        # Named derived values read in this environment (kept by their expressions, see
+        # resolver/rules.py `_combine`), like `_derived` for derived flags.
+        self.named_values: dict[str, Any] = {}
 
     def fact(self, key: str) -> Any:
         try:
@@ -175,15 +178,24 @@ class _Constants:
     found here (`derived`: its value and rule) has that value in all of them.
     """
 
-    __slots__ = ("plain", "set_flags", "relaxed", "catalog", "default_rules", "derived", "_varies")
+    __slots__ = ("plain", "set_flags", "relaxed", "catalog", "default_rules", "derived", "_varies", "known_facts")
 
-    def __init__(self, plan: "Plan", user: Mapping[str, Any]):
+    def __init__(self, plan: "Plan", user: Mapping[str, Any], known_facts: frozenset[str] | None = None,
+                 seed: "_Constants | None" = None):
         self.plain = plan.plain
         self.catalog = plan.catalog
         self.default_rules = plan.default_rules
         self.set_flags, self.relaxed = _set_flags_key(user)
+        # With `known_facts` (which facts the launch has, not their values), a fact outside them is
+        # unknown here as in the launch: `known(engine)` is then false in every such launch.
+        self.known_facts = known_facts
         self.derived: dict[str, tuple[Any, str | None]] = {}
         self._varies: set[str] = set()   # flags found to vary, and flags being derived (cycles)
+        if seed is not None:
+            # What is constant knowing only the set flags stays so knowing the facts too; anything
+            # else is derived when a rule reads it.
+            self.derived.update(seed.derived)
+            return
         for name in plan.default_rules:
             try:
                 self.flag(name)
@@ -208,14 +220,19 @@ class _Constants:
         self._varies.add(name)
         result: tuple[Any, str | None] = (self.catalog[name].default, None)
         for rule in rules:
-            if rule.when is None or rule.when._fn(self):
-                result = (rule.value._fn(self), rule.id)
-                break
+            try:
+                if rule.when is None or rule.when._fn(self):
+                    result = (rule.value._fn(self), rule.id)
+                    break
+            except UnknownFact:  # as in `Env.derived` (only with `known_facts`: absent facts)
+                continue
         self._varies.discard(name)
         self.derived[name] = result
         return result
 
     def fact(self, key: str) -> Any:
+        if self.known_facts is not None and key not in self.known_facts:
+            raise UnknownFact(key)
         raise _Varies(key)
 
     def is_set(self, name: str) -> bool:
@@ -300,6 +317,13 @@ class Plan:
         self.plain = {name: flag.default for name, flag in catalog.flags.items()
                       if name not in self.prefer_rules and name not in self.default_rules}
         self.order = {name: i for i, name in enumerate(catalog.flags)}
+        # What `solve` starts every answer from: each setting in catalog order, holding its catalog
+        # default (plain flags keep it unless the user set them; the others are always overwritten),
+        # with no origin. Copying these is one C call instead of a Python step per setting.
+        self._values_template = {name: catalog.flags[name].default for name in self.names}
+        self._origin_template = dict.fromkeys(self.names)
+        # The settings a rule computes (decisions and defaulted flags), in catalog order.
+        self.computed = [name for name in self.names if name not in self.plain]
         self._reads: dict[str, frozenset[str]] = {}
         # What `depends` found, per set of user-set flag names: it reads only which flags are set,
         # never their values, so every solve with the same flags set (the explanation's hundreds of
@@ -310,6 +334,7 @@ class Plan:
         self._shared: dict[tuple[str, str], Shared] = {}
         self._warnings: dict[tuple, list[Rule]] = {}
         self._constant_memo: dict[tuple, _Constants] = {}
+        self._last_facts: tuple | None = None  # see `_facts_key`
 
     # -- decisions ---------------------------------------------------------------------------
 
@@ -396,15 +421,17 @@ class Plan:
         shared = self.shared(user, facts)
         decided, ok, unknown, constrained = self._decide(user, facts, rules, shared)
         env = Env(self, user, facts, decided, shared)
-        values: dict[str, Any] = {}
-        origin: dict[str, str | None] = {}
-        plain = self.plain
-        for name in self.names:
+        # Every setting starts at its catalog default with no origin (the user's values then
+        # replace theirs, keeping the catalog order); only the computed ones need a step each.
+        values: dict[str, Any] = self._values_template.copy()
+        origin: dict[str, str | None] = self._origin_template.copy()
+        for name in user:
+            if name in values:
+                values[name] = user[name]
+        for name in self.computed:
             if name in user:
-                values[name], origin[name] = user[name], None
-            elif name in plain:
-                values[name], origin[name] = plain[name], None
-            elif name in decided:
+                continue
+            if name in decided:
                 values[name] = decided[name]
                 origin[name] = next((rid for v, rid in self.candidates(name, env) if v == decided[name]), None)
             elif name in self.prefer_rules:
@@ -450,13 +477,46 @@ class Plan:
     def shared(self, user: Mapping[str, Any], facts: Mapping[str, Any]) -> Shared:
         """The decision-free values of these user values and facts (kept for the last few pairs:
         an explanation solves the same launch under many rule subsets, the UI asks it again)."""
-        key = (repr(sorted(user.items())), _set_flags_key(user), repr(sorted(facts.items())))
+        key = (repr(sorted(user.items())), _set_flags_key(user), self._facts_key(facts))
         shared = self._shared.get(key)
         if shared is None:
             if len(self._shared) >= 32:
                 del self._shared[next(iter(self._shared))]  # the oldest pair
             shared = self._shared[key] = Shared(self._memo(user)[0], self._constants(user).derived)
         return shared
+
+    def holds_anyway(self, user: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple[frozenset[int], frozenset[int]]:
+        """Ids of the hard rules that hold in every launch with these flags set and these fact
+        names, whatever the values (see `_for_facts`): (the decision-free ones, the decision-reading
+        ones). Explanations skip checking them, as `_decide` does."""
+        structure = self._structure(user, self.hard_rules)
+        by_facts = structure[3]
+        key = ("holds anyway", frozenset(facts))
+        found = by_facts.get(key)
+        if found is None:
+            fixed, with_decisions, _ = self._for_facts(user, facts, structure)
+            checked = {id(rule) for rule in (*fixed, *with_decisions)}
+            reading = {id(rule) for rule in structure[1]}
+            anyway = [id(rule) for rule in self.hard_rules if id(rule) not in checked]
+            found = (frozenset(rid for rid in anyway if rid not in reading),
+                     frozenset(rid for rid in anyway if rid in reading))
+            by_facts[key] = found
+        return found
+
+    def _facts_key(self, facts: Mapping[str, Any]) -> str:
+        """`repr(sorted(facts.items()))`, the facts' part of a `shared` key, kept for the last facts
+        mapping asked about: an explanation asks `shared` about dozens of commands with the same
+        facts, and writing them out costs more than the rest of the key. The same mapping changed
+        in place since is noticed (its items, list values included, are compared with a copy, and
+        so are their types: 1 and 1.0 are equal but write differently), so the key is never stale."""
+        shape = _shape(facts)
+        last = self._last_facts
+        if shape is not None and last is not None and last[0] is facts and last[2] == shape and last[1] == facts:
+            return last[3]
+        key = repr(sorted(facts.items()))
+        if shape is not None:
+            self._last_facts = (facts, {k: list(v) if type(v) is list else v for k, v in facts.items()}, shape, key)
+        return key
 
     def warnings_to_check(self, user: Mapping[str, Any]) -> list[Rule]:
         """The warn rules that may apply to a launch with these flags set, in rule order (the others
@@ -477,8 +537,9 @@ class Plan:
     def _structure(self, user: Mapping[str, Any], rules: list[Rule]) -> tuple:
         """How to decide, given which flags are set and which rules count (no values involved).
 
-        Returns (rules reading no decision, rules reading decisions, and per independent group of
-        decisions the steps (decision, later decisions, rules still open after it, rules it closes)).
+        Returns (rules reading no decision, rules reading decisions, per independent group of
+        decisions the steps (decision, later decisions, rules still open after it, rules it closes),
+        and a memo for `_for_facts`).
         """
         key = (_set_flags_key(user), None if rules is self.hard_rules else tuple(map(id, rules)))
         found = self._structures.get(key)
@@ -522,7 +583,7 @@ class Plan:
                     open_until.append((rule, deps, last))
             groups.append([(var, order[i + 1:], [(rule, deps) for rule, deps, last in open_until if last > i],
                             closes_at.get(i, ())) for i, var in enumerate(order)])
-        found = (fixed, [rule for rule, _ in constrained], groups)
+        found = (fixed, [rule for rule, _ in constrained], groups, {})
         if len(self._structures) >= 512:
             self._structures.clear()
         self._structures[key] = found
@@ -534,7 +595,7 @@ class Plan:
         Returns (decisions, satisfiable, rules that could not be checked for lack of a fact, the
         rules that read decisions). Rules that read no decision are checked here, once.
         """
-        fixed, with_decisions, groups = self._structure(user, rules)
+        fixed, with_decisions, groups = self._for_facts(user, facts, self._structure(user, rules))
         base = Env(self, user, facts, {}, shared)
         verdicts = shared.verdicts
         unknown: list[tuple[Rule, str]] = []
@@ -571,6 +632,28 @@ class Plan:
                     decided.pop(var, None)
                     return decided, False, unknown, with_decisions
         return decided, True, unknown, with_decisions
+
+    def _for_facts(self, user: Mapping[str, Any], facts: Mapping[str, Any], structure: tuple) -> tuple:
+        """`structure` (see `_structure`) without the rules that hold whatever the values, knowing
+        only which flags are set and which facts exist: say, the rules about Accord's own engine,
+        guarded by `known(engine)`, when the facts have no `engine` (a plain resolve). Such a rule
+        never fails and never reads an unknown fact, so no check of it can change a decision or
+        the outcome. Kept per set of fact names, next to the structure; no fact value enters it."""
+        fixed, with_decisions, groups, by_facts = structure
+        known = frozenset(facts)
+        found = by_facts.get(known)
+        if found is None:
+            probe = _Constants(self, user, known, seed=self._constants(user))
+            holds_anyway = {id(rule) for rule in (*fixed, *with_decisions) if _constant(check, rule, probe) is True}
+            found = ([rule for rule in fixed if id(rule) not in holds_anyway],
+                     [rule for rule in with_decisions if id(rule) not in holds_anyway],
+                     [[(var, rest, [(rule, deps) for rule, deps in ahead if id(rule) not in holds_anyway],
+                        [rule for rule in closing if id(rule) not in holds_anyway])
+                       for var, rest, ahead, closing in steps] for steps in groups])
+            if len(by_facts) >= 64:
+                by_facts.clear()
+            by_facts[known] = found
+        return found
 
     def _decision_order(self, component: set[str], extra: dict[str, frozenset]) -> list[str]:
         """Decisions whose eligibility others read come first; catalog order breaks ties."""
@@ -625,6 +708,27 @@ class Plan:
                 return any(vals[0] == value for value, _ in self.candidates(_var, env))
             problem.addConstraint(eligible, names)
         return problem.getSolution() is not None, None
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _shape(facts: Mapping[str, Any]) -> list | None:
+    """The types of the facts' values and of the items of list values; None when a value is
+    neither a scalar nor a list of scalars (such facts are never remembered by `_facts_key`)."""
+    out: list = []
+    for value in facts.values():
+        kind = type(value)
+        if kind is list:
+            items = tuple(map(type, value))
+            if not _SCALARS.issuperset(items):
+                return None
+            out.append((list, items))
+        elif kind in _SCALARS:
+            out.append(kind)
+        else:
+            return None
+    return out
 
 
 def _same(a: Any, b: Any) -> bool:
