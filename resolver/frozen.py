@@ -13,6 +13,8 @@ from json.encoder import encode_basestring
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from resolver.memo import remember
+
 
 def _plain(value: Any) -> Any:
     """What JSON writes for a frozen mapping: the dict it was made from (tuples it writes as arrays)."""
@@ -50,7 +52,7 @@ def _flat_json(mapping: Mapping[str, Any]) -> str:
     if order is None:
         if not all(type(name) is str for name in names):
             return canonical_json(mapping)
-        order = _remember(_ORDERS, names, sorted(names))
+        order = remember(_ORDERS, names, sorted(names), _MEMO_LIMIT)
     pieces = []
     for name in order:
         value = mapping[name]
@@ -60,7 +62,7 @@ def _flat_json(mapping: Mapping[str, Any]) -> str:
             key = (name, kind, value)
             piece = _PIECES.get(key)
             if piece is None:
-                piece = _remember(_PIECES, key, f"{encode_basestring(name)}:{write(value)}")
+                piece = remember(_PIECES, key, f"{encode_basestring(name)}:{write(value)}", _MEMO_LIMIT)
         elif kind is float:  # written each time (see `_WRITERS`), but without the encoder's overhead
             piece = f"{encode_basestring(name)}:{_float_json(value)}"
         else:
@@ -76,13 +78,6 @@ def _float_json(value: float) -> str:
     if value in (math.inf, -math.inf):
         return "Infinity" if value > 0 else "-Infinity"
     return float.__repr__(value)
-
-
-def _remember(memo: dict, key: Any, value: Any) -> Any:
-    if len(memo) >= _MEMO_LIMIT:
-        memo.clear()
-    memo[key] = value
-    return value
 
 
 def config_hash(system: str, facts: Mapping[str, Any], values: Mapping[str, Any]) -> str:

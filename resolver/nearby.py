@@ -26,6 +26,7 @@ import functools
 from typing import Any, Iterable, Mapping
 
 from resolver.expr import UnknownFact
+from resolver.memo import remember
 from resolver.rules import Rule
 from resolver.solve import Env, Plan, RelaxedValues, check, holds
 
@@ -72,7 +73,7 @@ class _Index:
                     if reader not in reached:
                         reached.add(reader)
                         pending.append(reader)
-            found = _remember(self._affected, key, frozenset(reached), self.MEMO_LIMIT)
+            found = remember(self._affected, key, frozenset(reached), self.MEMO_LIMIT)
         return found
 
     def touched(self, flags: Iterable[str]) -> dict[int, Rule]:
@@ -81,16 +82,8 @@ class _Index:
         found = self._touched.get(key)
         if found is None:
             found = {id(rule): rule for name in key for rule in self.rules_reading.get(name, ())}
-            found = _remember(self._touched, key, found, self.MEMO_LIMIT)
+            found = remember(self._touched, key, found, self.MEMO_LIMIT)
         return found
-
-
-def _remember(memo: dict, key: Any, value: Any, limit: int) -> Any:
-    """`memo[key] = value`, emptying the memo first when it holds `limit` entries."""
-    if len(memo) >= limit:
-        memo.clear()
-    memo[key] = value
-    return value
 
 
 @functools.lru_cache(maxsize=64)

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping
 
 from resolver.catalog import Catalog
 from resolver.expr import UnknownFact
+from resolver.memo import remember
 from resolver.rules import Rule, RuleSet
 
 class _CycleError(Exception):
@@ -49,9 +50,7 @@ def _per_flag_set(store: dict, user: Mapping[str, Any], limit: int, make):
     key = _set_flags_key(user)
     found = store.get(key)
     if found is None:
-        if len(store) >= limit:
-            store.clear()
-        found = store[key] = make()
+        found = remember(store, key, make(), limit)
     return found
 
 
@@ -490,9 +489,9 @@ class Plan:
         names, whatever the values (see `_for_facts`): (the decision-free ones, the decision-reading
         ones). Explanations skip checking them, as `_decide` does."""
         structure = self._structure(user, self.hard_rules)
-        by_facts = structure[3]
-        key = ("holds anyway", frozenset(facts))
-        found = by_facts.get(key)
+        anyway_by_facts = structure[4]
+        known = frozenset(facts)
+        found = anyway_by_facts.get(known)
         if found is None:
             fixed, with_decisions, _ = self._for_facts(user, facts, structure)
             checked = {id(rule) for rule in (*fixed, *with_decisions)}
@@ -500,7 +499,7 @@ class Plan:
             anyway = [id(rule) for rule in self.hard_rules if id(rule) not in checked]
             found = (frozenset(rid for rid in anyway if rid not in reading),
                      frozenset(rid for rid in anyway if rid in reading))
-            by_facts[key] = found
+            remember(anyway_by_facts, known, found, 64)
         return found
 
     def _facts_key(self, facts: Mapping[str, Any]) -> str:
@@ -539,7 +538,7 @@ class Plan:
 
         Returns (rules reading no decision, rules reading decisions, per independent group of
         decisions the steps (decision, later decisions, rules still open after it, rules it closes),
-        and a memo for `_for_facts`).
+        and the memos of `_for_facts` and `holds_anyway`, per set of fact names).
         """
         key = (_set_flags_key(user), None if rules is self.hard_rules else tuple(map(id, rules)))
         found = self._structures.get(key)
@@ -583,11 +582,7 @@ class Plan:
                     open_until.append((rule, deps, last))
             groups.append([(var, order[i + 1:], [(rule, deps) for rule, deps, last in open_until if last > i],
                             closes_at.get(i, ())) for i, var in enumerate(order)])
-        found = (fixed, [rule for rule, _ in constrained], groups, {})
-        if len(self._structures) >= 512:
-            self._structures.clear()
-        self._structures[key] = found
-        return found
+        return remember(self._structures, key, (fixed, [rule for rule, _ in constrained], groups, {}, {}), 512)
 
     def _decide(self, user: Mapping[str, Any], facts: Mapping[str, Any], rules: list[Rule], shared: Shared):
         """Choose every decision that some hard rule depends on.
@@ -639,7 +634,7 @@ class Plan:
         guarded by `known(engine)`, when the facts have no `engine` (a plain resolve). Such a rule
         never fails and never reads an unknown fact, so no check of it can change a decision or
         the outcome. Kept per set of fact names, next to the structure; no fact value enters it."""
-        fixed, with_decisions, groups, by_facts = structure
+        fixed, with_decisions, groups, by_facts, _ = structure
         known = frozenset(facts)
         found = by_facts.get(known)
         if found is None:
@@ -650,9 +645,7 @@ class Plan:
                      [[(var, rest, [(rule, deps) for rule, deps in ahead if id(rule) not in holds_anyway],
                         [rule for rule in closing if id(rule) not in holds_anyway])
                        for var, rest, ahead, closing in steps] for steps in groups])
-            if len(by_facts) >= 64:
-                by_facts.clear()
-            by_facts[known] = found
+            remember(by_facts, known, found, 64)
         return found
 
     def _decision_order(self, component: set[str], extra: dict[str, frozenset]) -> list[str]:
