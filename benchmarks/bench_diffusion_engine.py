@@ -32,10 +32,10 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from resolver.catalog import load_catalog  # noqa: E402
-from resolver.frozen import ResolvedConfig  # noqa: E402
+from accord.resolver.language.catalog import load_catalog  # noqa: E402
+from accord.resolver.frozen import ResolvedConfig  # noqa: E402
 
-LAUNCH = ("import json, sys; from engine.diffusion.server import serve; from resolver.frozen import ResolvedConfig; "
+LAUNCH = ("import json, sys; from accord.engine.diffusion.server import serve; from accord.resolver.frozen import ResolvedConfig; "
           "sys.exit(serve(ResolvedConfig.from_dict(json.load(open(sys.argv[1])))))")
 
 

@@ -39,8 +39,8 @@ def report(name: str, triton_ms: float, torch_ms: float, target: float, extra: s
 
 
 def bench_decode(dtype: torch.dtype, page_size: int, cache_dtype: torch.dtype, label: str) -> None:
-    from kernels.attention import decode_attention
-    from kernels.testing import paged_batch, random_tensor
+    from accord.kernels.attention import decode_attention
+    from accord.kernels.testing import paged_batch, random_tensor
 
     batch_size, context, head_dim, q_heads, kv_heads = 64, 4096, 128, 32, 4
     batch = paged_batch([context] * batch_size, page_size=page_size, num_kv_heads=kv_heads, head_dim=head_dim,
@@ -56,8 +56,8 @@ def bench_decode(dtype: torch.dtype, page_size: int, cache_dtype: torch.dtype, l
 
 
 def bench_extend(dtype: torch.dtype, page_size: int) -> None:
-    from kernels.attention import extend_attention
-    from kernels.testing import paged_batch, random_tensor
+    from accord.kernels.attention import extend_attention
+    from accord.kernels.testing import paged_batch, random_tensor
 
     batch_size, prefix, new, head_dim, q_heads, kv_heads = 8, 1024, 512, 128, 32, 8
     batch = paged_batch([prefix + new] * batch_size, page_size=page_size, num_kv_heads=kv_heads,

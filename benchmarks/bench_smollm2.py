@@ -55,11 +55,11 @@ import torch  # noqa: E402 (after TQDM_DISABLE: something torch imports loads tq
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engine.llm.settings import EngineSettings  # noqa: E402
-from engine.llm.worker import Worker  # noqa: E402
-from resolver.catalog import load_catalog  # noqa: E402
-from resolver.frozen import ResolvedConfig  # noqa: E402
-from resolver.model_location import default_llm  # noqa: E402
+from accord.engine.llm.settings import EngineSettings  # noqa: E402
+from accord.engine.llm.worker import Worker  # noqa: E402
+from accord.resolver.language.catalog import load_catalog  # noqa: E402
+from accord.resolver.frozen import ResolvedConfig  # noqa: E402
+from accord.rules.models.location import default_llm  # noqa: E402
 
 PROMPTS = ["The capital of France is", "Write a haiku about the sea.", "def fibonacci(n):",
            "Explain what a KV cache is in one sentence.", "Once upon a time, a small robot",
@@ -180,7 +180,7 @@ class AccordServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(log_dir / "serve.log", "w+")
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
-        argv = [sys.executable, "-m", "resolver.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+        argv = [sys.executable, "-m", "accord.resolver.commands.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
                 "--dtype", "float32", "--random-seed", "0"]
         start = time.perf_counter()
         self.proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT,

@@ -31,9 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from resolver.api import plan_for  # noqa: E402
-from resolver.commands.ui import OUTCOMES, command_for, running, run_cli  # noqa: E402
-from resolver.model_facts import BUILTIN_MODELS  # noqa: E402
+from accord.resolver.api import plan_for  # noqa: E402
+from accord.resolver.configurator.server import OUTCOMES, command_for, running, run_cli  # noqa: E402
+from accord.resolver.facts.model import BUILTIN_MODELS  # noqa: E402
 
 MODEL = ["--model-path", str(BUILTIN_MODELS["llm"])]
 # (facts, args) after each change of a typical session: machine, model, flags, a conflict, its fix.

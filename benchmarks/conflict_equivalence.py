@@ -83,7 +83,10 @@ def _run(main, argv: list[str]) -> list:
 
 def worker(commands_path: str, out_path: str) -> None:
     """Run every command with this process's checkout (PYTHONPATH) and write the outputs."""
-    from resolver.cli import main
+    try:
+        from accord.resolver.commands.cli import main
+    except ImportError:  # a checkout from before the `accord` namespace
+        from resolver.cli import main
 
     results = {}
     for cid, argv in json.loads(Path(commands_path).read_text()):
@@ -95,8 +98,19 @@ def worker(commands_path: str, out_path: str) -> None:
     Path(out_path).write_text(json.dumps(results, sort_keys=True))
 
 
+def _namespace_root(tree: Path, folder: Path) -> Path:
+    """A folder whose `accord/` links to the checkout's four code folders, so a checkout that was
+    never installed imports as `accord.*` (ahead of whatever the running environment installed)."""
+    package = folder / "accord"
+    package.mkdir(parents=True)
+    for name in ("resolver", "rules", "engine", "kernels"):
+        (package / name).symlink_to(tree / name, target_is_directory=True)
+    return folder
+
+
 def run_checkout(tree: Path, commands_path: Path, out_path: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(tree), "ACCORD_CACHE_DIR": "", "COLUMNS": "100",
+    path = f"{_namespace_root(tree, out_path.with_suffix('.ns'))}{os.pathsep}{tree}"
+    env = {**os.environ, "PYTHONPATH": path, "ACCORD_CACHE_DIR": "", "COLUMNS": "100",
            "PYTHONDONTWRITEBYTECODE": "1"}
     subprocess.run([sys.executable, __file__, "--worker", str(commands_path), str(out_path)],
                    check=True, env=env, cwd=tree)

@@ -28,7 +28,7 @@ import socket
 import stat
 import tempfile
 
-from resolver.errors import UsageError
+from accord.resolver.errors import UsageError
 
 ZMQ_TCP_PORT_DELTA = 233
 FIXED_TCP_PORTS = 6

@@ -84,7 +84,7 @@ def _die_with_parent(parent_pid: int) -> None:
 def _describe(exc: BaseException) -> tuple[str, int]:
     """One line (the exception and, for a bug, where it was raised) and the exit status it means:
     an AccordError keeps its documented exit code (2 for bad usage), anything else is a failure."""
-    from resolver.errors import AccordError
+    from accord.resolver.errors import AccordError
 
     if isinstance(exc, AccordError):
         return str(exc), exc.exit_code

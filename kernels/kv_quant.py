@@ -28,8 +28,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.launch import check_impl, require_launchable
-from kernels.paged_kv import FP8_DTYPES, check_cache, check_index
+from accord.kernels.launch import check_impl, require_launchable
+from accord.kernels.paged_kv import FP8_DTYPES, check_cache, check_index
 
 KV_CACHE_DTYPES = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 """kv_cache_dtype flag values that store FP8, and the torch dtype each one stores."""

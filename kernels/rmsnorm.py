@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.launch import check_impl, require_launchable
+from accord.kernels.launch import check_impl, require_launchable
 
 REQUIREMENTS = {
     "phases": ("prefill", "decode"),

@@ -80,8 +80,8 @@ def paged_batch(seq_lens: list[int], *, page_size: int, num_kv_heads: int, head_
     FP8 caches hold ``value / scale`` of standard-normal values, so dequantized K/V are
     standard-normal whatever the scales.
     """
-    from kernels.kv_quant import quantize_reference
-    from kernels.paged_kv import FP8_DTYPES
+    from accord.kernels.kv_quant import quantize_reference
+    from accord.kernels.paged_kv import FP8_DTYPES
 
     gen = torch.Generator(device=device).manual_seed(seed)
     pages_per_seq = [-(-n // page_size) for n in seq_lens]

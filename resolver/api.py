@@ -11,15 +11,15 @@ import weakref
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Mapping
 
-from resolver.catalog import load_catalog
-from resolver.errors import EXIT_CONFLICT, AccordError, UsageError
-from resolver.expr import UnknownFact
-from resolver.frozen import ResolvedConfig
-from resolver.rules import load_rules
-from resolver.solve import Env, Plan
+from accord.resolver.language.catalog import load_catalog
+from accord.resolver.errors import EXIT_CONFLICT, AccordError, UsageError
+from accord.resolver.language.expr import UnknownFact
+from accord.resolver.frozen import ResolvedConfig
+from accord.resolver.language.ruleset import load_rules
+from accord.resolver.solving.solve import Env, Plan
 
 if TYPE_CHECKING:
-    from resolver.explain import Conflict
+    from accord.resolver.explaining.diagnose import Conflict
 
 # explain, fixes and the conflict report are imported where a conflict is handled: a launch that
 # resolves (most of them, and every cold `accord resolve` that succeeds) never pays for them.
@@ -54,7 +54,7 @@ class ConflictError(AccordError):
 
     @property
     def report(self) -> dict:
-        from resolver import conflict_report
+        from accord.resolver.explaining import conflict_report
         if self._report is None:
             self._report = conflict_report.build(self._plan, self.user, self.facts, self.conflicts)
         return self._report
@@ -90,8 +90,9 @@ def _apply_combined_fix(plan: Plan, user: dict[str, Any], facts: Mapping[str, An
     """`--relax`: apply the best verified fix of all conflicts together, recording every change as
     provenance and a note (None when there is none). A placeholder is applied only when no other
     fix exists, and its note says what to fill in."""
-    from resolver.fixes import combine, combined_fix, upstream_rewrite
-    from resolver.report import flag_arg
+    from accord.resolver.explaining.diagnose import combined_fix, upstream_rewrite
+    from accord.resolver.explaining.fixes import combine
+    from accord.resolver.explaining.report import flag_arg
 
     parts = upstream_rewrite(plan, user, facts, conflicts)
     as_upstream = parts is not None
@@ -173,7 +174,7 @@ def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any
         outcome = plan.solve(user, facts)
         if outcome.satisfiable:
             break
-        from resolver.explain import find_conflicts
+        from accord.resolver.explaining.diagnose import find_conflicts
         conflicts = find_conflicts(plan, user, facts)
         fixed = _apply_combined_fix(plan, user, facts, conflicts, relaxed, notes) if relax else None
         if fixed is None:

@@ -13,7 +13,7 @@ from json.encoder import encode_basestring
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from resolver.memo import remember
+from accord.resolver.solving.memo import remember
 
 
 def _plain(value: Any) -> Any:

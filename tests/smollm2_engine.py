@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import torch
 
-from engine.llm.batch import SeqSlice, build_batch
-from engine.llm.messages import pack, unpack
-from engine.llm.settings import EngineSettings
-from engine.llm.worker import Worker
-from resolver.catalog import load_catalog
-from resolver.frozen import ResolvedConfig
-from resolver.model_location import default_llm
+from accord.engine.llm.batch import SeqSlice, build_batch
+from accord.engine.llm.messages import pack, unpack
+from accord.engine.llm.settings import EngineSettings
+from accord.engine.llm.worker import Worker
+from accord.resolver.language.catalog import load_catalog
+from accord.resolver.frozen import ResolvedConfig
+from accord.rules.models.location import default_llm
 
 GGUF = default_llm()
 FACTS = {"platform": "cpu", "host.ram_gib": 8}

@@ -1,4 +1,4 @@
-"""resolver.api.resolve: what a resolve call promises beyond the rules themselves.
+"""accord.resolver.api.resolve: what a resolve call promises beyond the rules themselves.
 
 A choice the catalog marks as `auto_choice` means "let the rules decide": typing it pins nothing,
 so the result is what the unset flag gives, and the provenance still says it was typed. Expected
@@ -9,8 +9,8 @@ default) to round_robin outside PD prefill and to follow_bootstrap_room on prefi
 
 import pytest
 
-from resolver.api import resolve
-from resolver.facts import load_facts
+from accord.resolver.api import resolve
+from accord.resolver.facts.machine import load_facts
 
 
 def _resolve(values):

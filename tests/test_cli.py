@@ -1,6 +1,6 @@
 """The `accord` command line end to end: exit codes 0/2/3, one-paragraph errors, the JSON contract.
 
-Most cases run `resolver.cli.main` in-process on the toy rules (stable rule ids, fast); a few run
+Most cases run `accord.resolver.commands.cli.main` in-process on the toy rules (stable rule ids, fast); a few run
 on the real rule set (only properties that hold whatever its rules say) and two as real processes.
 """
 
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from resolver.cli import main
+from accord.resolver.commands.cli import main
 from tests.toy import B200, CPU, H100, toy_plan
 
 TOY_FACTS = {"h100": H100, "b200": B200, "cpu": CPU}
@@ -23,20 +23,20 @@ def toy(tmp_path, monkeypatch):
     """The toy rules and toy presets behind every command."""
     # Modules bind `plan_for` and `load_facts` when first imported: import them all before patching,
     # or the patched function becomes the "original" that monkeypatch restores after the test.
-    import resolver.commands.matrix  # noqa: F401
-    import resolver.commands.serve  # noqa: F401
-    import resolver.commands.why  # noqa: F401
-    import resolver.dryrun  # noqa: F401
-    import resolver.matrix  # noqa: F401
+    import accord.resolver.commands.matrix  # noqa: F401
+    import accord.resolver.commands.serve  # noqa: F401
+    import accord.resolver.commands.why  # noqa: F401
+    import accord.resolver.exploring.dryrun  # noqa: F401
+    import accord.resolver.exploring.matrix  # noqa: F401
     plan = toy_plan(tmp_path)
-    for target in ("resolver.api.plan_for", "resolver.dryrun.plan_for", "resolver.matrix.plan_for",
-                   "resolver.commands.matrix.plan_for"):
+    for target in ("accord.resolver.api.plan_for", "accord.resolver.exploring.dryrun.plan_for", "accord.resolver.exploring.matrix.plan_for",
+                   "accord.resolver.commands.matrix.plan_for"):
         monkeypatch.setattr(target, lambda system: plan)
 
     def facts(spec="probe", overrides=(), model_path=None, system="llm"):
         return TOY_FACTS[spec]
-    monkeypatch.setattr("resolver.commands.resolve.load_facts", facts)
-    monkeypatch.setattr("resolver.facts.load_facts", facts)
+    monkeypatch.setattr("accord.resolver.commands.resolve.load_facts", facts)
+    monkeypatch.setattr("accord.resolver.facts.machine.load_facts", facts)
     return plan
 
 
@@ -154,7 +154,7 @@ def test_conflict_json_matches_the_contract(toy, capsys):
 # -- the real rule set, as real processes -----------------------------------------------------------
 
 def accord(*argv):
-    return subprocess.run([sys.executable, "-m", "resolver.cli", *argv], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "accord.resolver.commands.cli", *argv], capture_output=True, text=True, timeout=120)
 
 
 def test_real_rules_resolve_and_conflict_as_processes():
@@ -180,7 +180,7 @@ def test_real_matrix_is_the_same_in_every_process():
             "attention_backend=fa3,triton,aiter", "--values", "kv_cache_dtype=auto,fp8_e4m3", "--format", "json"]
     outputs = []
     for seed in ("1", "2"):
-        done = subprocess.run([sys.executable, "-m", "resolver.cli", *argv], capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-m", "accord.resolver.commands.cli", *argv], capture_output=True, text=True,
                               timeout=120, env={**os.environ, "PYTHONHASHSEED": seed})
         assert done.returncode == 0, done.stderr
         outputs.append(done.stdout)

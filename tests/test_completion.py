@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from resolver import cli
-from resolver.catalog import load_catalog
-from resolver.completion import script
+from accord.resolver.commands import cli
+from accord.resolver.language.catalog import load_catalog
+from accord.resolver.commands.completion import script
 
 BASH = shutil.which("bash")
 ZSH = shutil.which("zsh")
@@ -84,8 +84,8 @@ def test_bash_completes_presets_matrix_and_why_arguments(words, offered):
 
 
 def test_matrix_options_and_choices_in_the_script_are_the_matrix_command_s():
-    from resolver import completion
-    from resolver.commands import matrix
+    from accord.resolver.commands import completion
+    from accord.resolver.commands import matrix
 
     actions = {a.option_strings[0]: a for a in matrix._parser()._actions if a.option_strings}
     assert set(completion.MATRIX_OPTIONS) - {"--help"} <= set(actions)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from resolver.configfile import ConfigEntry, read_config
-from resolver.errors import UsageError
+from accord.resolver.commandline.configfile import ConfigEntry, read_config
+from accord.resolver.errors import UsageError
 
 
 def _write(tmp_path, name, text):

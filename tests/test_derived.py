@@ -5,9 +5,9 @@ import textwrap
 
 import pytest
 
-from resolver.errors import UsageError
-from resolver.expr import UnknownFact, parse
-from resolver.rules import load_derived, load_rules
+from accord.resolver.errors import UsageError
+from accord.resolver.language.expr import UnknownFact, parse
+from accord.resolver.language.ruleset import load_derived, load_rules
 from tests.test_expr import Env  # the expression tests' environment: flags and facts
 
 

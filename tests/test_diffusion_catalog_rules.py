@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from resolver.catalog import RULES_DIR, load_catalog
-from resolver.errors import UsageError
-from resolver.flagparse import parse_flags
-from resolver.rules import load_rules
+from accord.resolver.language.catalog import RULES_DIR, load_catalog
+from accord.resolver.errors import UsageError
+from accord.resolver.commandline.flagparse import parse_flags
+from accord.resolver.language.ruleset import load_rules
 
 COVERAGE = yaml.safe_load((RULES_DIR / "diffusion" / "coverage.yaml").read_text(encoding="utf-8"))
 IN_CATALOG = {entry["seed"]: entry["flag"] for entry in COVERAGE["in_catalog"]}

@@ -10,21 +10,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from resolver import api
-from resolver.api import ConflictError
-from resolver.catalog import load_catalog
-from resolver.cli import main
-from resolver.dryrun import Pinning, backend_like, dry_run, mentioned_values, render, values_of
-from resolver.errors import UsageError
-from resolver.facts import load_facts
-from resolver.rules import load_rules
-from resolver.solve import Plan
+from accord.resolver import api
+from accord.resolver.api import ConflictError
+from accord.resolver.language.catalog import load_catalog
+from accord.resolver.commands.cli import main
+from accord.resolver.exploring.dryrun import Pinning, backend_like, dry_run, mentioned_values, render, values_of
+from accord.resolver.errors import UsageError
+from accord.resolver.facts.machine import load_facts
+from accord.resolver.language.ruleset import load_rules
+from accord.resolver.solving.solve import Plan
 from tests.toy import B200, H100, toy_plan
 
 
 def _use(monkeypatch, plan):
     monkeypatch.setattr(api, "plan_for", lambda system: plan)
-    monkeypatch.setattr("resolver.dryrun.plan_for", lambda system: plan)
+    monkeypatch.setattr("accord.resolver.exploring.dryrun.plan_for", lambda system: plan)
     return plan
 
 
@@ -149,7 +149,7 @@ def test_table_lists_chosen_legal_and_each_exclusion(toy):
 
 
 def test_cli_json_shape(toy, monkeypatch, capsys):
-    monkeypatch.setattr("resolver.commands.resolve.load_facts", lambda *a, **k: B200)
+    monkeypatch.setattr("accord.resolver.commands.resolve.load_facts", lambda *a, **k: B200)
     assert main(["resolve", "--dry-run", "--json", "--facts", "b200", "--flag", "attention_backend"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data) == {"system", "hash", "choices"}
@@ -160,7 +160,7 @@ def test_cli_json_shape(toy, monkeypatch, capsys):
 
 
 def test_cli_conflicting_command_exits_3(toy, monkeypatch, capsys):
-    monkeypatch.setattr("resolver.commands.resolve.load_facts", lambda *a, **k: B200)
+    monkeypatch.setattr("accord.resolver.commands.resolve.load_facts", lambda *a, **k: B200)
     assert main(["resolve", "--dry-run", "--json", "--facts", "b200", "--attention-backend", "fa3"]) == 3
     assert json.loads(capsys.readouterr().out)["error"] == "conflict"
 
@@ -261,7 +261,7 @@ def test_real_rules_tp_for_a_64_head_70b_model_on_8_gpus(tmp_path):
 
 
 def test_list_flags_try_their_declared_lists(tmp_path, monkeypatch):
-    import resolver.dryrun as dryrun
+    import accord.resolver.exploring.dryrun as dryrun
 
     flags = [{"name": "graph_sizes", "flags": ["--graph-sizes"], "type": "list", "nullable": True, "default": None}]
     rules = [{"id": "sizes.small", "kind": "require", "when": "graph_sizes is not None",

@@ -13,8 +13,8 @@ import socket
 import numpy as np
 import pytest
 
-from resolver.catalog import load_catalog
-from resolver.frozen import ResolvedConfig
+from accord.resolver.language.catalog import load_catalog
+from accord.resolver.frozen import ResolvedConfig
 
 SINGLE = {"num_gpus": 1, "tp_size": 1, "sp_degree": 1, "ulysses_degree": 1, "ring_degree": 1,
           "enable_cfg_parallel": False, "cfg_parallel_degree": 1, "warmup_mode": "off"}
@@ -28,15 +28,15 @@ PROMPTS = (("a harbour at dawn", "blurry", 11), ("two cats", "", 12))
 
 
 def settings(**overrides):
-    from engine.diffusion.settings import EngineSettings
+    from accord.engine.diffusion.settings import EngineSettings
 
     values = {**load_catalog("diffusion").defaults(), **SINGLE, **overrides}
     return EngineSettings.from_config(ResolvedConfig("diffusion", {"platform": "cpu"}, values))
 
 
 def generate(pipe):
-    from engine.diffusion.pipeline import GenerationBatch, ImageJob
-    from engine.diffusion.warmup import Resolution
+    from accord.engine.diffusion.pipeline import GenerationBatch, ImageJob
+    from accord.engine.diffusion.warmup import Resolution
 
     jobs = tuple(ImageJob(prompt, negative, seed, 3.5) for prompt, negative, seed in PROMPTS)
     return pipe.generate(GenerationBatch(Resolution(80, 48), 3, jobs)).images
@@ -47,8 +47,8 @@ def run_rank(rank: int, port: int, results) -> None:
     import torch
     import torch.distributed as dist
 
-    from engine.diffusion.parallel import DistributedOps
-    from engine.diffusion.pipeline import DiffusionPipeline
+    from accord.engine.diffusion.parallel import DistributedOps
+    from accord.engine.diffusion.pipeline import DiffusionPipeline
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
@@ -95,7 +95,7 @@ def two_rank_images():
 
 @pytest.fixture(scope="module")
 def single_process_images():
-    from engine.diffusion.pipeline import DiffusionPipeline
+    from accord.engine.diffusion.pipeline import DiffusionPipeline
 
     return generate(DiffusionPipeline(settings()))
 

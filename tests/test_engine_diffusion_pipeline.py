@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 import torch
 
-from engine.diffusion.model import TinyDiT, seeded_init
-from engine.diffusion.pipeline import DiffusionPipeline, GenerationBatch, ImageJob
-from engine.diffusion.settings import EngineSettings
-from engine.diffusion.spec import load_model_spec
-from engine.diffusion.warmup import Resolution
-from engine.diffusion.weights import load_networks
-from resolver.catalog import load_catalog
-from resolver.errors import UsageError
-from resolver.frozen import ResolvedConfig
+from accord.engine.diffusion.model import TinyDiT, seeded_init
+from accord.engine.diffusion.pipeline import DiffusionPipeline, GenerationBatch, ImageJob
+from accord.engine.diffusion.settings import EngineSettings
+from accord.engine.diffusion.spec import load_model_spec
+from accord.engine.diffusion.warmup import Resolution
+from accord.engine.diffusion.weights import load_networks
+from accord.resolver.language.catalog import load_catalog
+from accord.resolver.errors import UsageError
+from accord.resolver.frozen import ResolvedConfig
 
 CONCRETE = {"tp_size": 1, "sp_degree": 1, "ulysses_degree": 1, "ring_degree": 1, "enable_cfg_parallel": False,
             "cfg_parallel_degree": 1, "warmup_mode": "off"}
@@ -104,7 +104,7 @@ def test_request_mode_warms_up_on_the_first_request_only():
 
 
 def test_breakable_graph_segments_split_the_forward_at_self_attention_only(plain):
-    from engine.diffusion.graphs import split_at_breaks
+    from accord.engine.diffusion.graphs import split_at_breaks
 
     groups = [[stage.name for stage in group] for group in split_at_breaks(plain.stages)]
     assert groups == [["embed", "block0.pre"], ["block0.attention"], ["block0.post", "block1.pre"],

@@ -11,14 +11,14 @@ import sys
 
 import pytest
 
-from engine.diffusion.layout import ParallelLayout
-from engine.diffusion.ports import choose_ports
-from engine.diffusion.settings import EngineSettings, UnsupportedConfig
-from engine.diffusion.spec import load_model_spec
-from engine.diffusion.warmup import Resolution, WarmupEntry, parse_resolution
-from resolver.catalog import load_catalog
-from resolver.errors import UsageError
-from resolver.frozen import ResolvedConfig
+from accord.engine.diffusion.layout import ParallelLayout
+from accord.engine.diffusion.ports import choose_ports
+from accord.engine.diffusion.settings import EngineSettings, UnsupportedConfig
+from accord.engine.diffusion.spec import load_model_spec
+from accord.engine.diffusion.warmup import Resolution, WarmupEntry, parse_resolution
+from accord.resolver.language.catalog import load_catalog
+from accord.resolver.errors import UsageError
+from accord.resolver.frozen import ResolvedConfig
 
 CONCRETE = {"tp_size": 1, "sp_degree": 1, "ulysses_degree": 1, "ring_degree": 1, "enable_cfg_parallel": False,
             "cfg_parallel_degree": 1, "warmup_mode": "off"}
@@ -223,6 +223,6 @@ def test_without_strict_ports_a_taken_port_moves_by_the_seed_step():
 
 
 def test_the_supervisor_side_of_the_engine_does_not_import_torch():
-    code = ("import sys; from engine.diffusion import server, scheduler, http_api, request_schema; "
+    code = ("import sys; from accord.engine.diffusion import server, scheduler, http_api, request_schema; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

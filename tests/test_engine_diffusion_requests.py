@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.diffusion.batching import Batcher
-from engine.diffusion.request_schema import BadRequest, parse_image_request
-from engine.diffusion.spec import load_model_spec
-from engine.diffusion.warmup import Resolution
+from accord.engine.diffusion.batching import Batcher
+from accord.engine.diffusion.request_schema import BadRequest, parse_image_request
+from accord.engine.diffusion.spec import load_model_spec
+from accord.engine.diffusion.warmup import Resolution
 
 MODEL = load_model_spec(None)
 

@@ -22,12 +22,12 @@ import httpx
 import numpy as np
 import pytest
 
-from resolver.catalog import load_catalog
-from resolver.errors import UsageError
-from resolver.frozen import ResolvedConfig
+from accord.resolver.language.catalog import load_catalog
+from accord.resolver.errors import UsageError
+from accord.resolver.frozen import ResolvedConfig
 
 REPO = Path(__file__).resolve().parents[1]
-LAUNCH = ("import json, sys; from engine.diffusion.server import serve; from resolver.frozen import ResolvedConfig; "
+LAUNCH = ("import json, sys; from accord.engine.diffusion.server import serve; from accord.resolver.frozen import ResolvedConfig; "
           "sys.exit(serve(ResolvedConfig.from_dict(json.load(open(sys.argv[1])))))")
 CONCRETE = {"tp_size": 1, "sp_degree": 1, "ulysses_degree": 1, "ring_degree": 1, "enable_cfg_parallel": False,
             "cfg_parallel_degree": 1, "warmup_mode": "off"}
@@ -103,9 +103,9 @@ def png_pixels(b64: str) -> np.ndarray:
 
 
 def single_process_image(prompt: str, size: tuple[int, int], seed: int, steps: int) -> np.ndarray:
-    from engine.diffusion.pipeline import DiffusionPipeline, GenerationBatch, ImageJob
-    from engine.diffusion.settings import EngineSettings
-    from engine.diffusion.warmup import Resolution
+    from accord.engine.diffusion.pipeline import DiffusionPipeline, GenerationBatch, ImageJob
+    from accord.engine.diffusion.settings import EngineSettings
+    from accord.engine.diffusion.warmup import Resolution
 
     pipe = DiffusionPipeline(EngineSettings.from_config(make_config()))
     guidance = float(pipe.settings.model.sampling["guidance_scale"])
@@ -200,7 +200,7 @@ def test_malformed_requests_get_4xx(cfg_server):
 def test_malformed_messages_on_the_scheduler_port_are_answered_not_fatal(cfg_server):
     import zmq
 
-    from engine.diffusion.protocol import pack, unpack
+    from accord.engine.diffusion.protocol import pack, unpack
 
     context = zmq.Context()
     dealer = context.socket(zmq.DEALER)
@@ -239,7 +239,7 @@ def test_a_killed_worker_tears_the_whole_group_down(tmp_path):
 def test_a_taken_port_under_strict_ports_fails_before_anything_starts():
     import multiprocessing
 
-    from engine.diffusion.server import serve
+    from accord.engine.diffusion.server import serve
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -252,7 +252,7 @@ def test_a_taken_port_under_strict_ports_fails_before_anything_starts():
 
 def test_breakable_graph_on_a_model_outside_the_allow_list_gets_the_resolver_conflict_and_starts_nothing():
     port = free_port()
-    command = [sys.executable, "-m", "resolver.cli", "serve", "--system", "diffusion",
+    command = [sys.executable, "-m", "accord.resolver.commands.cli", "serve", "--system", "diffusion",
                "--enable-breakable-cuda-graph", "--warmup-resolutions", "64x64", "--port", str(port)]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from engine.llm.detokenizer import Detokenizer
-from engine.llm.tokenizer import ByteTokenizer
+from accord.engine.llm.detokenizer import Detokenizer
+from accord.engine.llm.tokenizer import ByteTokenizer
 
 
 def item(rid, ids, finished=False, matched=None):

@@ -98,7 +98,7 @@ def test_metrics_show_the_schedulers_running_and_queued_requests_and_kv_usage(se
 def test_a_stopped_rank_fails_requests_then_health_and_the_server_exits_with_the_watchdog_code(tmp_path):
     """SIGSTOP on the scheduler rank: after --watchdog-timeout the request in flight gets a JSON
     503 naming the watchdog, /health turns 503, and the whole group goes down with EXIT_WATCHDOG."""
-    from engine.supervisor import EXIT_WATCHDOG
+    from accord.engine.supervisor import EXIT_WATCHDOG
 
     srv = Server(server_config(watchdog_timeout=2), tmp_path)
     rank = next(pid for name, pid in srv.pids.items() if name not in ("http", "detokenizer"))
@@ -161,8 +161,8 @@ def test_sigterm_drains_running_requests_and_cuts_the_rest_with_json_errors(tmp_
 
 @pytest.mark.parametrize("raw", ["soon", "0", "-3", "nan", "inf", "1e9"])
 def test_a_drain_period_that_is_not_a_number_of_seconds_is_a_usage_error(raw):
-    from engine.llm.http_server import drain_grace_s
-    from resolver.errors import UsageError
+    from accord.engine.llm.http_server import drain_grace_s
+    from accord.resolver.errors import UsageError
 
     with pytest.raises(UsageError, match="ACCORD_DRAIN_GRACE_S"):
         drain_grace_s({"ACCORD_DRAIN_GRACE_S": raw})

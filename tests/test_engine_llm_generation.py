@@ -12,14 +12,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.llm.cuda_graph import StaticDecode
-from engine.llm.batch import build_batch, SeqSlice
-from engine.llm.model_config import BUILTIN_MODEL_DIR
-from engine.llm.settings import EngineSettings
-from engine.llm.weights import DummyWeights
-from engine.llm.worker import Worker
-from resolver.catalog import load_catalog
-from resolver.frozen import ResolvedConfig
+from accord.engine.llm.cuda_graph import StaticDecode
+from accord.engine.llm.batch import build_batch, SeqSlice
+from accord.engine.llm.model_config import BUILTIN_MODEL_DIR
+from accord.engine.llm.settings import EngineSettings
+from accord.engine.llm.weights import DummyWeights
+from accord.engine.llm.worker import Worker
+from accord.resolver.language.catalog import load_catalog
+from accord.resolver.frozen import ResolvedConfig
 
 FACTS = {"platform": "cpu", "host.ram_gib": 8}
 BASE = dict(model_path="tiny-llama", attention_backend="torch_native", page_size=16, mem_fraction_static=0.8, random_seed=7,
@@ -311,9 +311,9 @@ def test_local_safetensors_checkpoint_serves_like_the_same_weights_in_memory(tmp
 
 
 def test_no_model_path_serves_the_packaged_smollm2_and_tiny_llama_is_named():
-    from engine.llm.model_config import load_model_config
-    from engine.llm.weights import weight_source
-    from resolver.model_location import default_llm
+    from accord.engine.llm.model_config import load_model_config
+    from accord.engine.llm.weights import weight_source
+    from accord.rules.models.location import default_llm
 
     tiny = load_model_config("tiny-llama")
     assert (tiny.num_heads, tiny.gguf_path) == (4, None)

@@ -18,9 +18,9 @@ import json
 import pytest
 import torch
 
-from engine.llm.settings import EngineSettings
-from engine.llm.worker import Worker
-from resolver.frozen import ResolvedConfig
+from accord.engine.llm.settings import EngineSettings
+from accord.engine.llm.worker import Worker
+from accord.resolver.frozen import ResolvedConfig
 from tests.smollm2_engine import FACTS, engine_values, greedy, last_logits
 
 transformers = pytest.importorskip("transformers")
@@ -124,7 +124,7 @@ def test_greedy_32_tokens_match_transformers_generate(family):
 
 @pytest.mark.parametrize("chat", CHATS, ids=["default-system", "multi-turn"])
 def test_chat_template_and_tokens_match_apply_chat_template(family, chat):
-    from engine.llm.tokenizer import make_tokenizer
+    from accord.engine.llm.tokenizer import make_tokenizer
 
     _, tokenizer, worker = family
     ours = make_tokenizer(worker.model_config, worker.settings.model_path)

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from engine.llm.kv_cache import GIB, KVPool, layer_kv_scales, pool_tokens
-from resolver.errors import UsageError
+from accord.engine.llm.kv_cache import GIB, KVPool, layer_kv_scales, pool_tokens
+from accord.resolver.errors import UsageError
 
 
 def test_pool_size_is_the_static_budget_minus_weights_capped_by_max_total_tokens():

@@ -276,7 +276,7 @@ def test_health_generate_runs_a_real_generation(server):
 
 
 def test_a_body_over_the_limit_is_a_413(http):
-    from engine.llm.http_server import MAX_BODY_BYTES
+    from accord.engine.llm.http_server import MAX_BODY_BYTES
     response = http.post("/generate", content=b" " * (MAX_BODY_BYTES + 1),
                          headers={"content-type": "application/json"})
     assert response.status_code == 413 and "limit" in response.json()["error"]["message"]

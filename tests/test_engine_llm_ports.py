@@ -11,8 +11,8 @@ import sys
 import pytest
 import zmq
 
-from engine import ports
-from resolver.errors import UsageError
+from accord.engine import ports
+from accord.resolver.errors import UsageError
 
 
 def test_single_node_uses_private_ipc_files():
@@ -82,7 +82,7 @@ def test_stale_ipc_dirs_of_dead_supervisors_are_swept_and_live_ones_kept(tmp_pat
 
 
 def test_the_ipc_dir_of_a_sigkilled_supervisor_is_removed_by_the_next_start():
-    script = ("from engine import ports; import time\n"
+    script = ("from accord.engine import ports; import time\n"
               "e = ports.allocate(port=30000, nccl_port=None, dist_init_addr=None, nnodes=1, dp_size=1, "
               "dp_attention=False, worlds=1)\n"
               "print(e.ipc_dir, flush=True); time.sleep(60)\n")

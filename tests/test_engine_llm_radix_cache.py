@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.llm.radix_cache import RadixCache
+from accord.engine.llm.radix_cache import RadixCache
 
 
 def make(page_size: int = 2):

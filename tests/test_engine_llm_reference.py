@@ -16,10 +16,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.llm.settings import EngineSettings
-from engine.llm.worker import Worker
-from resolver.frozen import ResolvedConfig
-from resolver.model_facts import model_facts
+from accord.engine.llm.settings import EngineSettings
+from accord.engine.llm.worker import Worker
+from accord.resolver.frozen import ResolvedConfig
+from accord.resolver.facts.model import model_facts
 from tests.smollm2_engine import FACTS, GGUF, TP_TOKENS, engine_values, greedy, last_logits, tp_rank_main
 
 transformers = pytest.importorskip("transformers")
@@ -62,8 +62,8 @@ CHATS = [[{"role": "user", "content": "What is the capital of France?"}],
 
 @pytest.mark.parametrize("chat", CHATS, ids=["default-system", "multi-turn"])
 def test_chat_template_and_tokens_match_transformers(reference, chat):
-    from engine.llm.model_config import load_model_config
-    from engine.llm.tokenizer import make_tokenizer
+    from accord.engine.llm.model_config import load_model_config
+    from accord.engine.llm.tokenizer import make_tokenizer
 
     ours = make_tokenizer(load_model_config(str(GGUF)))
     text = reference[1].apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
@@ -112,7 +112,7 @@ def tp3_outputs(reference):
     import multiprocessing
     import queue
 
-    from engine.ports import free_port
+    from accord.engine.ports import free_port
 
     prompts = [prompt_ids(reference, text) for text in PROMPTS[:2]]
     context = multiprocessing.get_context("spawn")
@@ -154,7 +154,7 @@ def test_tp_must_divide_smollm2s_nine_heads(tp, code):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "resolver.cli", "resolve", "--facts", "probe",
+    done = subprocess.run([sys.executable, "-m", "accord.resolver.commands.cli", "resolve", "--facts", "probe",
                            "--model-path", str(GGUF), "--tp-size", str(tp)], capture_output=True, text=True)
     assert done.returncode == code, done.stdout + done.stderr
     if code:

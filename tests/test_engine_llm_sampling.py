@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.llm.batch import SeqSlice, build_batch
-from engine.llm.sampling import Row, logprob_entry, logprobs, process_logits, sample
-from engine.llm.sampling_params import SamplingParams
+from accord.engine.llm.batch import SeqSlice, build_batch
+from accord.engine.llm.sampling import Row, logprob_entry, logprobs, process_logits, sample
+from accord.engine.llm.sampling_params import SamplingParams
 
 GREEDY = dict(temperature=0.0, max_new_tokens=8)
 
@@ -76,8 +76,8 @@ def test_sampled_logprobs_use_the_temperature():
 def test_worker_logprobs_equal_log_softmax_of_the_models_logits():
     """Output and prompt log-probabilities a request gets are those of the model's own logits."""
     from tests.test_engine_llm_server import server_config
-    from engine.llm.settings import EngineSettings
-    from engine.llm.worker import Worker
+    from accord.engine.llm.settings import EngineSettings
+    from accord.engine.llm.worker import Worker
 
     torch.set_num_threads(1)
     settings = EngineSettings.from_config(server_config())

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from engine.llm.kv_cache import KVPool
-from engine.llm.scheduler import Scheduler, SchedulerLimits
-from engine.llm.tokenizer import ByteTokenizer
+from accord.engine.llm.kv_cache import KVPool
+from accord.engine.llm.scheduler import Scheduler, SchedulerLimits
+from accord.engine.llm.tokenizer import ByteTokenizer
 
 EOS = 257
 

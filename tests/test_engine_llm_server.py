@@ -20,22 +20,22 @@ import httpx
 import pytest
 import torch
 
-from engine.llm.detokenizer import run_detokenizer
-from engine.llm.scheduler_process import run_scheduler
-from engine.llm.settings import EngineSettings
-from engine.llm.worker import Worker
-from engine.ports import allocate, free_port
-from engine.supervisor import ProcessGroup
-from resolver.api import resolve
-from resolver.facts import load_facts
-from resolver.frozen import ConfigHashMismatch, ResolvedConfig
+from accord.engine.llm.detokenizer import run_detokenizer
+from accord.engine.llm.scheduler_process import run_scheduler
+from accord.engine.llm.settings import EngineSettings
+from accord.engine.llm.worker import Worker
+from accord.engine.ports import allocate, free_port
+from accord.engine.supervisor import ProcessGroup
+from accord.resolver.api import resolve
+from accord.resolver.facts.machine import load_facts
+from accord.resolver.frozen import ConfigHashMismatch, ResolvedConfig
 
 REPO = Path(__file__).resolve().parent.parent
 API_KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 SERVE_SCRIPT = ("import json, sys\n"
-                "from resolver.frozen import ResolvedConfig\n"
-                "from engine.llm.server import serve\n"
+                "from accord.resolver.frozen import ResolvedConfig\n"
+                "from accord.engine.llm.server import serve\n"
                 "sys.exit(serve(ResolvedConfig.from_dict(json.load(open(sys.argv[1])))))\n")
 
 
@@ -274,8 +274,8 @@ def test_a_killed_rank_tears_everything_down(tmp_path):
 def test_a_port_taken_after_resolution_is_a_usage_error_exit_2(capsys):
     """The bind race (the port was free when checked, taken when the front end binds it) is bad
     usage, exit 2, naming the port; never 3, which means "no legal configuration"."""
-    from engine.llm.http_server import run_http
-    from resolver.errors import EXIT_USAGE
+    from accord.engine.llm.http_server import run_http
+    from accord.resolver.errors import EXIT_USAGE
 
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
@@ -297,8 +297,8 @@ def test_a_port_taken_after_resolution_is_a_usage_error_exit_2(capsys):
     ({"ACCORD_API_KEY": ""}, None, "empty"),
 ])
 def test_a_key_given_twice_or_unreadable_is_a_usage_error_without_the_key(environ, flag, words):
-    from engine.llm.http_server import secret
-    from resolver.errors import UsageError
+    from accord.engine.llm.http_server import secret
+    from accord.resolver.errors import UsageError
 
     with pytest.raises(UsageError, match=words) as caught:
         secret("api_key", flag, environ)

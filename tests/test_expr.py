@@ -2,7 +2,7 @@
 
 import pytest
 
-from resolver.expr import ExpressionError, UnknownFact, parse, version
+from accord.resolver.language.expr import ExpressionError, UnknownFact, parse, version
 
 
 class Env:
@@ -124,7 +124,7 @@ class DefaultsEnv(Env):
 
 
 def test_user_changed_means_typed_a_value_other_than_the_default():
-    from resolver.expr import constant
+    from accord.resolver.language.expr import constant
     names = {"moe_options": constant("moe_options", ("deepep_mode", "enable_eplb"))}
     defaults = {"deepep_mode": "auto", "enable_eplb": False, "tp_size": 1}
     changed = parse("user_changed(moe_options)", names)

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-import resolver.model_facts as model_facts_module
-from resolver import cli, facts
-from resolver.errors import UsageError
-from resolver.facts import fact_spec, list_presets, load_facts, load_preset, parse_fact, probe
+import accord.resolver.facts.model as model_facts_module
+from accord.resolver.commands import cli
+from accord.resolver.facts import machine as facts
+from accord.resolver.errors import UsageError
+from accord.resolver.facts.machine import fact_spec, list_presets, load_facts, load_preset, parse_fact, probe
 
 REPO = Path(__file__).resolve().parent.parent
 REQUIRED_PRESETS = {"h100", "h200", "b200", "gb200", "a100", "a10g", "l40s", "l4", "rtx4090",
@@ -331,14 +332,14 @@ def _run(code: str) -> str:
 
 
 def test_importing_facts_loads_no_heavy_module():
-    out = _run("import sys, resolver.facts, resolver.model_facts, resolver.commands.probe;"
+    out = _run("import sys, accord.resolver.facts.machine, accord.resolver.facts.model, accord.resolver.commands.probe;"
                "print(sorted(m for m in ('torch', 'triton', 'numpy', 'zmq') if m in sys.modules))")
     assert out.strip() == "[]"
 
 
 @pytest.mark.skipif(facts._accelerator_may_exist(), reason="this machine may have an accelerator")
 def test_probe_without_accelerator_does_not_import_torch():
-    out = _run("import sys, resolver.facts as f; p = f.probe();"
+    out = _run("import sys, accord.resolver.facts.machine as f; p = f.probe();"
                "print(p['platform'], 'torch' in sys.modules)")
     assert out.split() == ["cpu", "False"]
 
@@ -372,7 +373,7 @@ def test_accord_probe_reads_a_diffusion_model_folder(tmp_path, capsys):
     (["--fact", "gpu.sm=9.0"], "written 90"),
 ])
 def test_accord_probe_bad_input_is_one_paragraph_exit_2(argv, expected):
-    done = subprocess.run([sys.executable, "-m", "resolver.cli", "probe", *argv], cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "accord.resolver.commands.cli", "probe", *argv], cwd=REPO,
                           capture_output=True, text=True)
     assert done.returncode == 2 and done.stdout == ""
     assert expected in done.stderr and "Traceback" not in done.stderr

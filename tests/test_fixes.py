@@ -7,13 +7,13 @@ import json
 import pytest
 import yaml
 
-from resolver import api
-from resolver.catalog import load_catalog
-from resolver.cli import main
-from resolver.explain import find_conflicts
-from resolver.fixes import Fix, combine, combined_fix
-from resolver.rules import load_rules
-from resolver.solve import Plan
+from accord.resolver import api
+from accord.resolver.language.catalog import load_catalog
+from accord.resolver.commands.cli import main
+from accord.resolver.explaining.diagnose import combined_fix, find_conflicts
+from accord.resolver.explaining.fixes import Fix, combine
+from accord.resolver.language.ruleset import load_rules
+from accord.resolver.solving.solve import Plan
 from tests.toy import B200, CATALOG, H100, RULES, TWO_CONFLICTS, toy_plan, write_toy
 
 
@@ -84,7 +84,7 @@ def test_the_report_says_what_to_fill_in(hinted):
     assert entry["fill_in"] == [{"flag": "dist_init_addr", "spelling": "--dist-init-addr",
                                  "value": "HOST:PORT", "what": "the address of node 0"}]
     assert entry["command"] == ["--tp-size", "16", "--dist-init-addr", "HOST:PORT", "--nnodes", "2"]
-    from resolver.proof import render_conflict
+    from accord.resolver.explaining.proof import render_conflict
     assert "  fill in   replace HOST:PORT in --dist-init-addr: the address of node 0" in render_conflict(err.value)
 
 
@@ -103,7 +103,7 @@ def test_combine_refuses_two_fixes_that_disagree():
 
 
 def test_relax_json_lists_every_change(plan, capsys, monkeypatch):
-    monkeypatch.setattr("resolver.commands.resolve.load_facts", lambda *a, **k: B200)
+    monkeypatch.setattr("accord.resolver.commands.resolve.load_facts", lambda *a, **k: B200)
     assert main(["resolve", "--json", "--relax", *("--tp-size 8 --dp-size 3 --enable-dp-attention "
                                                     "--attention-backend fa3").split()]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -115,7 +115,7 @@ def test_relax_json_lists_every_change(plan, capsys, monkeypatch):
 
 
 def test_conflict_json_carries_fix_all_as_changes_and_argv(plan, capsys, monkeypatch):
-    monkeypatch.setattr("resolver.commands.resolve.load_facts", lambda *a, **k: B200)
+    monkeypatch.setattr("accord.resolver.commands.resolve.load_facts", lambda *a, **k: B200)
     argv = "--tp-size 8 --dp-size 3 --enable-dp-attention --attention-backend fa3".split()
     assert main(["resolve", "--json", *argv]) == 3
     fix_all = json.loads(capsys.readouterr().out)["fix_all"]

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from resolver import cli
-from resolver.catalog import SYSTEMS, load_catalog
-from resolver.flags_cmd import entries, main
+from accord.resolver.commands import cli
+from accord.resolver.language.catalog import SYSTEMS, load_catalog
+from accord.resolver.commands.flags import entries, main
 
 
 def _json(capsys, *argv: str) -> list[dict]:

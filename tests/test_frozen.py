@@ -12,7 +12,7 @@ from types import MappingProxyType
 
 import pytest
 
-from resolver.frozen import ResolvedConfig, config_hash
+from accord.resolver.frozen import ResolvedConfig, config_hash
 
 
 def _expected(system, facts, values) -> str:

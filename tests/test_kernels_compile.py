@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels.testing import kernel_test_device
+from accord.kernels.testing import kernel_test_device
 
 DEVICE = kernel_test_device()
 
@@ -28,10 +28,10 @@ import triton  # noqa: E402  (after the process check)
 import triton.language as tl  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
-from kernels import kv_quant, rmsnorm  # noqa: E402
-from kernels.attention import decode, decode_attention, extend  # noqa: E402
-from kernels.launch import INTERPRETER  # noqa: E402
-from kernels.testing import compile_offline  # noqa: E402
+from accord.kernels import kv_quant, rmsnorm  # noqa: E402
+from accord.kernels.attention import decode, decode_attention, extend  # noqa: E402
+from accord.kernels.launch import INTERPRETER  # noqa: E402
+from accord.kernels.testing import compile_offline  # noqa: E402
 
 if INTERPRETER:
     pytest.skip("offline compiles need Triton's compiler, not its interpreter: run without "

@@ -9,11 +9,11 @@ Tolerances per output dtype: kernels.testing.TOLERANCES.
 import pytest
 import torch
 
-from kernels.testing import TOLERANCES, kernel_test_device, paged_batch, random_tensor
+from accord.kernels.testing import TOLERANCES, kernel_test_device, paged_batch, random_tensor
 
 DEVICE = kernel_test_device()
 
-from kernels.attention import decode_attention, extend_attention  # noqa: E402  (after the process check)
+from accord.kernels.attention import decode_attention, extend_attention  # noqa: E402  (after the process check)
 
 SEQ_LENS = [1, 17, 64, 130]
 """One token, a partial page, whole pages (of 16 and 64), several pages with a partial last one."""

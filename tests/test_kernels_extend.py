@@ -8,11 +8,11 @@ on a GPU from benchmarks/gpu_check.sh. Unowned cache slots hold a poison value
 import pytest
 import torch
 
-from kernels.testing import TOLERANCES, kernel_test_device, paged_batch, random_tensor
+from accord.kernels.testing import TOLERANCES, kernel_test_device, paged_batch, random_tensor
 
 DEVICE = kernel_test_device()
 
-from kernels.attention import extend_attention  # noqa: E402  (after the process check)
+from accord.kernels.attention import extend_attention  # noqa: E402  (after the process check)
 
 PREFIX_AND_NEW = [(0, 9), (5, 1), (16, 20), (37, 140), (3, 0)]
 """(cached prefix, new tokens) per sequence: a plain prefill, one new token, a page-aligned prefix,

@@ -9,12 +9,12 @@ import json
 import pytest
 import torch
 
-from kernels.testing import TOLERANCES, kernel_test_device, random_tensor
+from accord.kernels.testing import TOLERANCES, kernel_test_device, random_tensor
 
 DEVICE = kernel_test_device()
 
-from kernels import kv_quant  # noqa: E402  (after the process check)
-from kernels.paged_kv import flat_slots  # noqa: E402
+from accord.kernels import kv_quant  # noqa: E402  (after the process check)
+from accord.kernels.paged_kv import flat_slots  # noqa: E402
 
 FP8 = [torch.float8_e4m3fn, torch.float8_e5m2]
 STEP = {torch.float8_e4m3fn: 2.0 ** -3, torch.float8_e5m2: 2.0 ** -2}

@@ -7,11 +7,11 @@ kernels.testing.TOLERANCES.
 import pytest
 import torch
 
-from kernels.testing import TOLERANCES, kernel_test_device, random_tensor
+from accord.kernels.testing import TOLERANCES, kernel_test_device, random_tensor
 
 DEVICE = kernel_test_device()
 
-from kernels.rmsnorm import rms_norm  # noqa: E402  (after the process check)
+from accord.kernels.rmsnorm import rms_norm  # noqa: E402  (after the process check)
 
 
 @pytest.mark.parametrize("with_residual", [False, True], ids=["plain", "fused-residual"])

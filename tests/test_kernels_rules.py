@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kernels.testing import kernel_test_device
+from accord.kernels.testing import kernel_test_device
 
 DEVICE = kernel_test_device()
 
-import kernels  # noqa: E402  (after the process check)
-from kernels import kv_quant, rmsnorm  # noqa: E402
-from kernels.attention import decode, extend  # noqa: E402
+import accord.kernels  # noqa: E402  (after the process check)
+from accord.kernels import kv_quant, rmsnorm  # noqa: E402
+from accord.kernels.attention import decode, extend  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = yaml.safe_load((ROOT / "rules/llm/kernels.yaml").read_text())["rules"]

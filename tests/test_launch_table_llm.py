@@ -23,9 +23,9 @@ import shlex
 
 import pytest
 
-from resolver.api import ConflictError, resolve
-from resolver.facts import load_facts
-from resolver.flagparse import parse_flags
+from accord.resolver.api import ConflictError, resolve
+from accord.resolver.facts.machine import load_facts
+from accord.resolver.commandline.flagparse import parse_flags
 
 # --- model configs (abridged HF config.json files: the fields the model facts read) ---------------
 

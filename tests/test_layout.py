@@ -7,9 +7,10 @@ import io
 
 import pytest
 
-from resolver import cli, layout
-from resolver.catalog import RULES_DIR
-from resolver.proof import wants_color
+from accord.resolver.commands import cli
+from accord.resolver.explaining import layout
+from accord.resolver.language.catalog import RULES_DIR
+from accord.resolver.explaining.proof import wants_color
 
 LLAMA = str(RULES_DIR / "models" / "tiny-llama")
 

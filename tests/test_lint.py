@@ -3,9 +3,9 @@
 import pytest
 import yaml
 
-from resolver.catalog import SYSTEMS, load_catalog
-from resolver.lint import MAX_EXPRESSION_CHARS, lint, readability_problems
-from resolver.rules import load_rules
+from accord.resolver.language.catalog import SYSTEMS, load_catalog
+from accord.resolver.language.lint import MAX_EXPRESSION_CHARS, lint, readability_problems
+from accord.resolver.language.ruleset import load_rules
 from tests.toy import B200, CPU, H100, RULES, write_toy
 
 FACT_KEYS = {"platform", "gpu.sm", "gpu.count", "gpu.mem_gib", "cuda", "model.num_attention_heads"}
@@ -141,7 +141,7 @@ def test_a_property_no_rule_reads_is_dead_metadata(tmp_path):
 
 
 def test_meta_of_an_unknown_property_fails_when_the_rules_load_naming_it(tmp_path):
-    from resolver.errors import UsageError
+    from accord.resolver.errors import UsageError
     bad = {"id": "x.bad", "kind": "conflict", "when": "meta(attention_backend).vendr == 'nvidia'", "reason": "typo"}
     with pytest.raises(UsageError, match=r"toy.yaml: rule 'x.bad': meta\(attention_backend\).vendr: flag "
                                          r"'attention_backend' has no property 'vendr'; its properties: sms, vendor"):

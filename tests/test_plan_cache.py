@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from resolver import plancache
-from resolver.catalog import RULES_DIR, load_catalog
-from resolver.explain import find_conflicts
-from resolver.expr import parse
-from resolver.facts import load_facts
-from resolver.rules import load_rules, plan_sources
-from resolver.solve import Plan
+from accord.resolver.language import plancache
+from accord.resolver.language.catalog import RULES_DIR, load_catalog
+from accord.resolver.explaining.diagnose import find_conflicts
+from accord.resolver.language.expr import parse
+from accord.resolver.facts.machine import load_facts
+from accord.resolver.language.ruleset import load_rules, plan_sources
+from accord.resolver.solving.solve import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
 TYPICAL = ["--tp", "8", "--kv-cache-dtype", "fp8_e4m3", "--mem-fraction-static", "0.85"]
@@ -91,7 +91,7 @@ def test_an_expression_from_the_cache_still_has_its_validated_tree(cache):
 
 def _cli(args: list[str], cache_dir: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "ACCORD_CACHE_DIR": cache_dir, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "resolver.cli", *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "accord.resolver.commands.cli", *args], env=env, capture_output=True,
                           cwd=ROOT, timeout=300)
 
 

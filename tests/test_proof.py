@@ -6,11 +6,11 @@ import shlex
 
 import pytest
 
-from resolver import api
-from resolver.explain import Fix
-from resolver.flagparse import parse_flags
-from resolver.conflict_report import command_argv
-from resolver.proof import render_conflict, wants_color
+from accord.resolver import api
+from accord.resolver.explaining.fixes import Fix
+from accord.resolver.commandline.flagparse import parse_flags
+from accord.resolver.explaining.conflict_report import command_argv
+from accord.resolver.explaining.proof import render_conflict, wants_color
 from tests.toy import B200, H100, TWO_CONFLICTS, toy_plan
 
 ANSI = re.compile(r"\033\[[0-9;]*m")
@@ -65,7 +65,7 @@ def test_the_proof_shows_the_values_the_rule_read(plan):
 
 def test_no_shipped_rule_condition_is_elided_in_a_proof():
     """Every condition of the real rule set prints whole, however long (no "see the rule file")."""
-    from resolver.report import rule_clause
+    from accord.resolver.explaining.report import rule_clause
     for system in ("llm", "diffusion"):
         for rule in api.plan_for(system).ruleset:
             if rule.kind in ("require", "conflict"):
@@ -153,9 +153,9 @@ def test_command_argv_keeps_the_users_order_and_applies_the_fix(plan):
 
 
 def test_a_proof_prints_the_choice_metadata_the_rule_read(tmp_path, monkeypatch):
-    from resolver.catalog import load_catalog
-    from resolver.rules import load_rules
-    from resolver.solve import Plan
+    from accord.resolver.language.catalog import load_catalog
+    from accord.resolver.language.ruleset import load_rules
+    from accord.resolver.solving.solve import Plan
     from tests.toy import A100, write_meta_toy
     write_meta_toy(tmp_path)
     plan = Plan(load_catalog("llm", tmp_path), load_rules("llm", tmp_path))

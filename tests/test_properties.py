@@ -10,16 +10,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from resolver import api
-from resolver.catalog import SYSTEMS
-from resolver.commands.resolve import relaxed_changes
-from resolver.conflict_report import flag_argv
-from resolver.explain import find_conflicts
-from resolver.flagparse import parse_flags
-from resolver.facts import list_presets, load_preset
-from resolver.solve import Env, check
+from accord.resolver import api
+from accord.resolver.language.catalog import SYSTEMS
+from accord.resolver.commands.resolve import relaxed_changes
+from accord.resolver.explaining.conflict_report import flag_argv
+from accord.resolver.explaining.diagnose import find_conflicts
+from accord.resolver.commandline.flagparse import parse_flags
+from accord.resolver.facts.machine import list_presets, load_preset
+from accord.resolver.solving.solve import Env, check
 from tests.checks import assert_conflict_is_minimal
-from resolver.expr import UnknownFact
+from accord.resolver.language.expr import UnknownFact
 
 INT_SAMPLES = (0, 1, 2, 3, 4, 8, 16, 64, 4096)
 

@@ -20,9 +20,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from resolver import api, cli
-from resolver.catalog import RULES_DIR, load_catalog
-from resolver.commands.resolve import resolve_command
+from accord.resolver import api
+from accord.resolver.commands import cli
+from accord.resolver.language.catalog import RULES_DIR, load_catalog
+from accord.resolver.commands.resolve import resolve_command
 from tests.test_properties import _relevant_flags
 
 PRESETS = ("h100", "a100", "b200", "l4", "mi300x", "cpu")

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from resolver.api import ConflictError, resolve
-from resolver.catalog import SYSTEMS
-from resolver.facts import load_facts
-from resolver.flagparse import parse_flags
-from resolver.rules import load_rules
+from accord.resolver.api import ConflictError, resolve
+from accord.resolver.language.catalog import SYSTEMS
+from accord.resolver.facts.machine import load_facts
+from accord.resolver.commandline.flagparse import parse_flags
+from accord.resolver.language.ruleset import load_rules
 
 CASES_DIR = Path(__file__).parent / "rule_cases"
 REPO_ROOT = Path(__file__).resolve().parents[1]  # cases name files relative to the checkout

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from resolver.cli import main
-from resolver.commands.rules import coverage
+from accord.resolver.commands.cli import main
+from accord.resolver.commands.rules import coverage
 
 SEED_RULES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "seed_rules.md"
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from resolver import api
+from accord.resolver import api
 from tests.toy import B200, CPU, H100, toy_plan
 
 
@@ -128,9 +128,9 @@ def test_a_derived_value_constant_on_catalog_defaults_still_follows_the_flags_on
 
     import yaml
 
-    from resolver.catalog import load_catalog
-    from resolver.rules import load_rules
-    from resolver.solve import Plan
+    from accord.resolver.language.catalog import load_catalog
+    from accord.resolver.language.ruleset import load_rules
+    from accord.resolver.solving.solve import Plan
     from tests.toy import CATALOG, RULES
 
     catalog, rules = copy.deepcopy(CATALOG), copy.deepcopy(RULES)
@@ -155,9 +155,9 @@ def test_a_derived_value_constant_on_catalog_defaults_still_follows_the_flags_on
 def test_a_rule_on_choice_metadata_steers_a_decision(tmp_path):
     """`meta(attention_backend).sms` is read while the solver tries candidates: on SM 8.0 the
     preferred flashinfer (built for SM 9.0 and 10.0 only) is skipped for triton."""
-    from resolver.catalog import load_catalog
-    from resolver.rules import load_rules
-    from resolver.solve import Plan
+    from accord.resolver.language.catalog import load_catalog
+    from accord.resolver.language.ruleset import load_rules
+    from accord.resolver.solving.solve import Plan
     from tests.toy import A100, write_meta_toy
     write_meta_toy(tmp_path)
     plan = Plan(load_catalog("llm", tmp_path), load_rules("llm", tmp_path))

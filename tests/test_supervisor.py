@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from engine.supervisor import ProcessGroup, report_ready
+from accord.engine.supervisor import ProcessGroup, report_ready
 from tests.processes import children_of
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,7 +32,7 @@ def fail_after(delay: float, message: str) -> None:
 
 
 def refuse_usage() -> None:
-    from resolver.errors import UsageError
+    from accord.resolver.errors import UsageError
 
     raise UsageError("--tp-size 3 does not divide 4 heads")
 
@@ -181,7 +181,7 @@ def test_duplicate_child_names_are_refused():
 PARENT_SCRIPT = textwrap.dedent("""
     import sys
     sys.path.insert(0, {tests!r})
-    from engine.supervisor import ProcessGroup
+    from accord.engine.supervisor import ProcessGroup
     from test_supervisor import serve_forever
     group = ProcessGroup("demo")
     group.start("a", serve_forever)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from resolver.commands.ui import running
-from resolver.model_facts import BUILTIN_MODELS
+from accord.resolver.configurator.server import running
+from accord.resolver.facts.model import BUILTIN_MODELS
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = str(BUILTIN_MODELS["llm"])
@@ -25,7 +25,7 @@ MODEL = str(BUILTIN_MODELS["llm"])
 
 def cli(*argv: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
-    return subprocess.run([sys.executable, "-m", "resolver.cli", *argv], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "accord.resolver.commands.cli", *argv], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=120)
 
 
@@ -231,7 +231,7 @@ def test_the_page_is_served_from_package_data_without_a_cdn(api, path, content_t
 
 
 def test_the_server_never_imports_the_engine_stack():
-    code = ("import sys, json; from resolver.commands.ui import answer, presets_json; "
+    code = ("import sys, json; from accord.resolver.configurator.server import answer, presets_json; "
             "answer('resolve', {'facts': 'h100', 'args': ['--tp', '8']}); "
             "answer('dry-run', {'facts': 'h100', 'args': []}); presets_json(); "
             "print(json.dumps(sorted(m for m in ('torch', 'triton', 'zmq', 'numpy') if m in sys.modules)))")

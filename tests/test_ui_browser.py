@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from resolver.commands.ui import running
-from resolver.model_facts import BUILTIN_MODELS
+from accord.resolver.configurator.server import running
+from accord.resolver.facts.model import BUILTIN_MODELS
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"

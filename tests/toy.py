@@ -8,9 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from resolver.catalog import load_catalog
-from resolver.rules import load_rules
-from resolver.solve import Plan
+from accord.resolver.language.catalog import load_catalog
+from accord.resolver.language.ruleset import load_rules
+from accord.resolver.solving.solve import Plan
 
 CATALOG = {"group": "toy", "flags": [
     {"name": "tp_size", "flags": ["--tp-size"], "type": "int", "default": 1},

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.diffusion.model import Stage, State
+from accord.engine.diffusion.model import Stage, State
 
 
 def run_stages(stages: list[Stage], state: State) -> State:

@@ -33,12 +33,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from engine.diffusion.ports import Endpoints
-from engine.diffusion.protocol import pack, unpack
-from engine.diffusion.request_schema import BadRequest, parse_image_request
-from engine.diffusion.settings import EngineSettings
-from engine.supervisor import report_ready
-from resolver.frozen import ResolvedConfig
+from accord.engine.diffusion.ports import Endpoints
+from accord.engine.diffusion.protocol import pack, unpack
+from accord.engine.diffusion.request_schema import BadRequest, parse_image_request
+from accord.engine.diffusion.settings import EngineSettings
+from accord.engine.supervisor import report_ready
+from accord.resolver.frozen import ResolvedConfig
 
 STATUS_TIMEOUT_S = 5.0
 UVICORN_LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")

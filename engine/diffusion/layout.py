@@ -20,7 +20,7 @@ import dataclasses
 import itertools
 from typing import Any
 
-from resolver.errors import UsageError
+from accord.resolver.errors import UsageError
 
 DIMENSIONS = ("dp", "cfg", "sp", "tp")
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from engine.diffusion.parallel import ParallelOps
+from accord.engine.diffusion.parallel import ParallelOps
 
 State = dict[str, torch.Tensor]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from engine.diffusion.layout import DIMENSIONS, ParallelLayout
+from accord.engine.diffusion.layout import DIMENSIONS, ParallelLayout
 
 
 class ParallelOps:

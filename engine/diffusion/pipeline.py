@@ -27,13 +27,13 @@ from typing import Any, Iterator
 import torch
 import torch.nn.functional as F
 
-from engine.diffusion.graphs import CapturedForward, run_stages
-from engine.diffusion.model import grid_positions
-from engine.diffusion.parallel import ParallelOps
-from engine.diffusion.settings import EngineSettings
-from engine.diffusion.tokens import PAD_TOKEN, tokenize
-from engine.diffusion.warmup import Resolution, WarmupEntry
-from engine.diffusion.weights import load_networks
+from accord.engine.diffusion.graphs import CapturedForward, run_stages
+from accord.engine.diffusion.model import grid_positions
+from accord.engine.diffusion.parallel import ParallelOps
+from accord.engine.diffusion.settings import EngineSettings
+from accord.engine.diffusion.tokens import PAD_TOKEN, tokenize
+from accord.engine.diffusion.warmup import Resolution, WarmupEntry
+from accord.engine.diffusion.weights import load_networks
 
 WARMUP_PROMPT = "warmup"
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from engine.ports import port_is_free
-from resolver.errors import UsageError
+from accord.engine.ports import port_is_free
+from accord.resolver.errors import UsageError
 
 MAX_ATTEMPTS = 100
 _STEPS = {"http": 42, "scheduler": 42, "master": 37}

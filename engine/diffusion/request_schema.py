@@ -13,9 +13,9 @@ import dataclasses
 import math
 from typing import Any
 
-from engine.diffusion.spec import ModelSpec
-from engine.diffusion.tokens import tokenize
-from engine.diffusion.warmup import Resolution, default_resolution, parse_resolution
+from accord.engine.diffusion.spec import ModelSpec
+from accord.engine.diffusion.tokens import tokenize
+from accord.engine.diffusion.warmup import Resolution, default_resolution, parse_resolution
 
 MAX_IMAGES = 8
 MAX_STEPS = 200

@@ -19,12 +19,12 @@ from typing import Any
 
 import zmq
 
-from engine.diffusion.batching import Batcher
-from engine.diffusion.ports import Endpoints
-from engine.diffusion.protocol import JOB_FIELDS, pack, rank_address, results_address, unpack, unpack_or_none
-from engine.diffusion.settings import EngineSettings
-from engine.supervisor import report_ready
-from resolver.frozen import ResolvedConfig
+from accord.engine.diffusion.batching import Batcher
+from accord.engine.diffusion.ports import Endpoints
+from accord.engine.diffusion.protocol import JOB_FIELDS, pack, rank_address, results_address, unpack, unpack_or_none
+from accord.engine.diffusion.settings import EngineSettings
+from accord.engine.supervisor import report_ready
+from accord.resolver.frozen import ResolvedConfig
 
 
 class Scheduler:

@@ -20,10 +20,10 @@ import shutil
 import sys
 import tempfile
 
-from engine.diffusion.ports import choose_ports
-from engine.diffusion.settings import EngineSettings
-from engine.supervisor import ProcessGroup
-from resolver.frozen import ResolvedConfig
+from accord.engine.diffusion.ports import choose_ports
+from accord.engine.diffusion.settings import EngineSettings
+from accord.engine.supervisor import ProcessGroup
+from accord.resolver.frozen import ResolvedConfig
 
 READY_TIMEOUT_S = 600.0
 
@@ -32,19 +32,19 @@ READY_TIMEOUT_S = 600.0
 # in the workers alone, never in the supervisor, the scheduler or the HTTP front end.
 
 def _scheduler_process(*args) -> None:
-    from engine.diffusion.scheduler import scheduler_main
+    from accord.engine.diffusion.scheduler import scheduler_main
 
     scheduler_main(*args)
 
 
 def _worker_process(*args) -> None:
-    from engine.diffusion.worker import worker_main
+    from accord.engine.diffusion.worker import worker_main
 
     worker_main(*args)
 
 
 def _http_process(*args) -> None:
-    from engine.diffusion.http_api import http_main
+    from accord.engine.diffusion.http_api import http_main
 
     http_main(*args)
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from engine.diffusion.layout import ParallelLayout
-from engine.diffusion.spec import ModelSpec, load_model_spec
-from engine.diffusion.warmup import WarmupPlan, build_warmup_plan
-from resolver.errors import UsageError
-from resolver.frozen import ResolvedConfig
+from accord.engine.diffusion.layout import ParallelLayout
+from accord.engine.diffusion.spec import ModelSpec, load_model_spec
+from accord.engine.diffusion.warmup import WarmupPlan, build_warmup_plan
+from accord.resolver.errors import UsageError
+from accord.resolver.frozen import ResolvedConfig
 
 ATTENTION_BACKENDS = ("torch_sdpa",)
 GPU_PLATFORMS = ("cuda", "rocm")  # both reach the device through torch.cuda

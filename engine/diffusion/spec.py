@@ -17,9 +17,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from resolver.errors import UsageError
+from accord.resolver.errors import UsageError
+from accord.rules.paths import MODELS_DIR
 
-BUILTIN_MODEL_DIR = Path(__file__).resolve().parents[2] / "rules" / "models" / "tiny-dit"
+BUILTIN_MODEL_DIR = MODELS_DIR / "tiny-dit"
 PIPELINE_CLASS = "TinyDiTPipeline"
 COMPONENTS = ("transformer", "text_encoder", "vae", "scheduler")
 WEIGHTS_FILE = "diffusion_pytorch_model.safetensors"

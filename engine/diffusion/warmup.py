@@ -23,8 +23,8 @@ import dataclasses
 import re
 from typing import Any, Mapping
 
-from engine.diffusion.spec import ModelSpec
-from resolver.errors import UsageError
+from accord.engine.diffusion.spec import ModelSpec
+from accord.resolver.errors import UsageError
 
 WARMUP_MODES = ("off", "request", "server")
 MAX_SIDE = 4096

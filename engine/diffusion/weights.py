@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch.nn as nn
 
-from engine.diffusion.model import ByteTextEncoder, LatentDecoder, TinyDiT, seeded_init, shard_state_dict
-from engine.diffusion.spec import ModelSpec
-from resolver.errors import UsageError
+from accord.engine.diffusion.model import ByteTextEncoder, LatentDecoder, TinyDiT, seeded_init, shard_state_dict
+from accord.engine.diffusion.spec import ModelSpec
+from accord.resolver.errors import UsageError
 
 
 def _fill(module: nn.Module, spec: ModelSpec, component: str) -> nn.Module:

@@ -18,15 +18,15 @@ import torch
 import torch.distributed as dist
 import zmq
 
-from engine.diffusion.parallel import DistributedOps, ParallelOps
-from engine.diffusion.pipeline import DiffusionPipeline, GenerationBatch, ImageJob
-from engine.diffusion.ports import Endpoints
-from engine.diffusion.protocol import pack, rank_address, results_address, unpack
-from engine.diffusion.settings import EngineSettings, spell
-from engine.diffusion.warmup import Resolution
-from engine.supervisor import report_ready
-from resolver.errors import UsageError
-from resolver.frozen import ResolvedConfig
+from accord.engine.diffusion.parallel import DistributedOps, ParallelOps
+from accord.engine.diffusion.pipeline import DiffusionPipeline, GenerationBatch, ImageJob
+from accord.engine.diffusion.ports import Endpoints
+from accord.engine.diffusion.protocol import pack, rank_address, results_address, unpack
+from accord.engine.diffusion.settings import EngineSettings, spell
+from accord.engine.diffusion.warmup import Resolution
+from accord.engine.supervisor import report_ready
+from accord.resolver.errors import UsageError
+from accord.resolver.frozen import ResolvedConfig
 
 
 def choose_device(settings: EngineSettings, values: dict[str, Any], rank: int) -> torch.device:

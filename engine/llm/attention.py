@@ -32,16 +32,16 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from kernels.attention import decode_attention, extend_attention
-from kernels.kv_quant import store_kv
-from kernels.launch import INTERPRETER
-from kernels.paged_kv import FP8_DTYPES
-from resolver.errors import UsageError
+from accord.kernels.attention import decode_attention, extend_attention
+from accord.kernels.kv_quant import store_kv
+from accord.kernels.launch import INTERPRETER
+from accord.kernels.paged_kv import FP8_DTYPES
+from accord.resolver.errors import UsageError
 
 if TYPE_CHECKING:
-    from engine.llm.batch import ForwardBatch
-    from engine.llm.kv_cache import KVPool
-    from engine.llm.settings import EngineSettings
+    from accord.engine.llm.batch import ForwardBatch
+    from accord.engine.llm.kv_cache import KVPool
+    from accord.engine.llm.settings import EngineSettings
 
 IMPLS = {"torch_native": "torch", "triton": "triton"}
 """The kernels/ implementation each attention backend runs."""

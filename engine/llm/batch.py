@@ -12,7 +12,7 @@ from typing import Sequence
 
 import torch
 
-from kernels.paged_kv import flat_slots
+from accord.kernels.paged_kv import flat_slots
 
 
 @dataclasses.dataclass

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from engine.llm.batch import ForwardBatch
-from engine.llm.kv_cache import SCRATCH_PAGE
-from engine.llm.model import StepContext
+from accord.engine.llm.batch import ForwardBatch
+from accord.engine.llm.kv_cache import SCRATCH_PAGE
+from accord.engine.llm.model import StepContext
 
 if TYPE_CHECKING:
-    from engine.llm.model_runner import ModelRunner
+    from accord.engine.llm.model_runner import ModelRunner
 
 
 class StaticDecode:

@@ -13,13 +13,13 @@ from typing import Any
 
 import zmq
 
-from engine.llm.messages import pack, unpack
-from engine.llm.model_config import load_model_config
-from engine.llm.settings import EngineSettings
-from engine.llm.tokenizer import incremental_decoder, make_tokenizer
-from engine.ports import Endpoints, bind_private
-from engine.supervisor import report_ready
-from resolver.frozen import ResolvedConfig
+from accord.engine.llm.messages import pack, unpack
+from accord.engine.llm.model_config import load_model_config
+from accord.engine.llm.settings import EngineSettings
+from accord.engine.llm.tokenizer import incremental_decoder, make_tokenizer
+from accord.engine.ports import Endpoints, bind_private
+from accord.engine.supervisor import report_ready
+from accord.resolver.frozen import ResolvedConfig
 
 
 class RequestText:

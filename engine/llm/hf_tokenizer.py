@@ -52,7 +52,7 @@ class HFTokenizer:
 def gguf_tokenizer(path: str, bos_token_id: int | None, eos_token_ids: Sequence[int]) -> HFTokenizer:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-    from resolver.gguf_header import read_header
+    from accord.rules.models.gguf_header import read_header
 
     meta = read_header(path, keep_arrays=True).metadata
     tokens = meta["tokenizer.ggml.tokens"]

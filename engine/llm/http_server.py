@@ -31,15 +31,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from engine.llm.messages import pack, unpack
-from engine.llm.model_config import ModelConfig, context_length, load_model_config
-from engine.llm.sampling_params import MAX_NEW_TOKENS_DEFAULT, SamplingParams
-from engine.llm.settings import EngineSettings
-from engine.llm.tokenizer import make_tokenizer
-from engine.ports import Endpoints, bind_private
-from engine.supervisor import EXIT_WATCHDOG, report_ready
-from resolver.errors import AccordError, UsageError
-from resolver.frozen import ResolvedConfig
+from accord.engine.llm.messages import pack, unpack
+from accord.engine.llm.model_config import ModelConfig, context_length, load_model_config
+from accord.engine.llm.sampling_params import MAX_NEW_TOKENS_DEFAULT, SamplingParams
+from accord.engine.llm.settings import EngineSettings
+from accord.engine.llm.tokenizer import make_tokenizer
+from accord.engine.ports import Endpoints, bind_private
+from accord.engine.supervisor import EXIT_WATCHDOG, report_ready
+from accord.resolver.errors import AccordError, UsageError
+from accord.resolver.frozen import ResolvedConfig
 
 OPENAI_COMPLETION_DEFAULT_MAX_TOKENS = 16
 HEALTH_GENERATE_TIMEOUT_S = 20.0
@@ -160,7 +160,7 @@ class FrontEnd:
         self.draining = False                    # set on SIGTERM: no new requests
         self.metrics = None
         if config.values.get("enable_metrics"):
-            from engine.llm.metrics import Metrics  # prometheus-client only when asked for
+            from accord.engine.llm.metrics import Metrics  # prometheus-client only when asked for
             self.metrics = Metrics(self.model_name)
 
     @property

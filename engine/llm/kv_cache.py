@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from kernels.kv_quant import load_kv_scales
-from kernels.paged_kv import FP8_DTYPES
-from resolver.errors import UsageError
+from accord.kernels.kv_quant import load_kv_scales
+from accord.kernels.paged_kv import FP8_DTYPES
+from accord.resolver.errors import UsageError
 
 GIB = 1 << 30
 SCRATCH_PAGE = 0

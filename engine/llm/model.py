@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from engine.llm.model_config import ModelConfig
-from kernels.rmsnorm import rms_norm
+from accord.engine.llm.model_config import ModelConfig
+from accord.kernels.rmsnorm import rms_norm
 
 if TYPE_CHECKING:
-    from engine.llm.attention import AttentionBackend
-    from engine.llm.batch import ForwardBatch
-    from engine.llm.kv_cache import KVPool
-    from engine.llm.parallel import Comm
+    from accord.engine.llm.attention import AttentionBackend
+    from accord.engine.llm.batch import ForwardBatch
+    from accord.engine.llm.kv_cache import KVPool
+    from accord.engine.llm.parallel import Comm
 
 
 class RotaryEmbedding:

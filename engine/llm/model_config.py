@@ -14,12 +14,12 @@ import dataclasses
 import json
 from pathlib import Path
 
-from resolver.catalog import RULES_DIR
-from resolver.errors import UsageError
-from resolver.gguf_header import read_header
-from resolver.model_location import DEFAULT_DISTRIBUTION, gguf_file, local_path
+from accord.rules.paths import MODELS_DIR
+from accord.resolver.errors import UsageError
+from accord.rules.models.gguf_header import read_header
+from accord.rules.models.location import DEFAULT_DISTRIBUTION, gguf_file, local_path
 
-BUILTIN_MODEL_DIR = RULES_DIR / "models" / "tiny-llama"
+BUILTIN_MODEL_DIR = MODELS_DIR / "tiny-llama"
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 # Families whose attention projections carry biases (Qwen2) or whose q/k get a per-head RMSNorm (Qwen3).
 BIASED_ARCHITECTURES = ("Qwen2ForCausalLM",)

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import torch
 
-from engine.llm.attention import AttentionBackend
-from engine.llm.batch import ForwardBatch
-from engine.llm.kv_cache import KVPool, layer_kv_scales, pool_tokens
-from engine.llm.model import LlamaStage, StepContext
-from engine.llm.model_config import ModelConfig, context_length
-from engine.llm.parallel import Comm
-from engine.llm.settings import EngineSettings
-from engine.llm.weights import weight_source
-from kernels.kv_quant import cache_dtype
-from resolver.errors import UsageError
+from accord.engine.llm.attention import AttentionBackend
+from accord.engine.llm.batch import ForwardBatch
+from accord.engine.llm.kv_cache import KVPool, layer_kv_scales, pool_tokens
+from accord.engine.llm.model import LlamaStage, StepContext
+from accord.engine.llm.model_config import ModelConfig, context_length
+from accord.engine.llm.parallel import Comm
+from accord.engine.llm.settings import EngineSettings
+from accord.engine.llm.weights import weight_source
+from accord.kernels.kv_quant import cache_dtype
+from accord.resolver.errors import UsageError
 
 DTYPES = {"half": torch.float16, "float16": torch.float16, "bfloat16": torch.bfloat16,
           "float": torch.float32, "float32": torch.float32}
@@ -51,7 +51,7 @@ class ModelRunner:
         self.graphs = None
         if settings.cuda_graph_bs_decode and self.device.type == "cuda" and comm.pp_size == 1 \
                 and not comm.dp_attention:
-            from engine.llm.cuda_graph import DecodeGraphs
+            from accord.engine.llm.cuda_graph import DecodeGraphs
 
             self.graphs = DecodeGraphs(self, settings.cuda_graph_bs_decode)
 

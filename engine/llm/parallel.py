@@ -19,8 +19,8 @@ import sys
 import torch
 import torch.distributed as dist
 
-from engine.llm.settings import EngineSettings, Rank
-from engine.ports import parse_host_port
+from accord.engine.llm.settings import EngineSettings, Rank
+from accord.engine.ports import parse_host_port
 
 LOOPBACK_INTERFACE = "lo"
 

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import torch
 
-from engine.llm.sampling_params import SamplingParams
+from accord.engine.llm.sampling_params import SamplingParams
 
 # A masked-out token's log-probability, as a finite number JSON can carry.
 LOGPROB_FLOOR = torch.finfo(torch.float32).min

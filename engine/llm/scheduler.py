@@ -24,12 +24,12 @@ from typing import Any, Sequence
 
 import torch
 
-from engine.llm.batch import SeqSlice
-from engine.llm.kv_cache import KVPool
-from engine.llm.radix_cache import Node, RadixCache
-from engine.llm.sampling import request_generator
-from engine.llm.sampling_params import SamplingParams
-from engine.llm.tokenizer import ByteTokenizer
+from accord.engine.llm.batch import SeqSlice
+from accord.engine.llm.kv_cache import KVPool
+from accord.engine.llm.radix_cache import Node, RadixCache
+from accord.engine.llm.sampling import request_generator
+from accord.engine.llm.sampling_params import SamplingParams
+from accord.engine.llm.tokenizer import ByteTokenizer
 
 LPM_MAX_WAITING = 128
 

@@ -23,12 +23,12 @@ import time
 import torch
 import zmq
 
-from engine.llm.messages import pack, unpack
-from engine.llm.settings import EngineSettings, Rank
-from engine.llm.worker import Worker
-from engine.ports import Endpoints, bind_private
-from engine.supervisor import EXIT_WATCHDOG, report_error, report_ready
-from resolver.frozen import ResolvedConfig
+from accord.engine.llm.messages import pack, unpack
+from accord.engine.llm.settings import EngineSettings, Rank
+from accord.engine.llm.worker import Worker
+from accord.engine.ports import Endpoints, bind_private
+from accord.engine.supervisor import EXIT_WATCHDOG, report_error, report_ready
+from accord.resolver.frozen import ResolvedConfig
 
 IDLE_WAIT_S = 1.0
 # Under DP attention every attention group steps together, so an idle group must not sleep long

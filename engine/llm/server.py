@@ -12,14 +12,14 @@ import os
 import signal
 import sys
 
-from engine.llm.detokenizer import run_detokenizer
-from engine.llm.http_server import DRAIN_EXIT_S, drain_grace_s, run_http, secret
-from engine.llm.model_config import context_length, load_model_config
-from engine import ports
-from engine.llm.settings import EngineSettings
-from engine.supervisor import ProcessGroup
-from resolver.errors import UsageError
-from resolver.frozen import ResolvedConfig
+from accord.engine.llm.detokenizer import run_detokenizer
+from accord.engine.llm.http_server import DRAIN_EXIT_S, drain_grace_s, run_http, secret
+from accord.engine.llm.model_config import context_length, load_model_config
+from accord.engine import ports
+from accord.engine.llm.settings import EngineSettings
+from accord.engine.supervisor import ProcessGroup
+from accord.resolver.errors import UsageError
+from accord.resolver.frozen import ResolvedConfig
 
 
 def run_scheduler_rank(config_data: dict, rank, endpoints) -> None:
@@ -35,7 +35,7 @@ def run_scheduler_rank(config_data: dict, rank, endpoints) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if EngineSettings.from_config(ResolvedConfig.from_dict(config_data)).triton_interpreted:
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    from engine.llm.scheduler_process import run_scheduler
+    from accord.engine.llm.scheduler_process import run_scheduler
 
     run_scheduler(config_data, rank, endpoints)
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from resolver.errors import UsageError
-from resolver.frozen import ResolvedConfig
+from accord.resolver.errors import UsageError
+from accord.resolver.frozen import ResolvedConfig
 
 ATTENTION_BACKENDS = ("torch_native", "triton")
 KV_CACHE_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2")

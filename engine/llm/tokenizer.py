@@ -37,12 +37,12 @@ class ByteTokenizer:
 def make_tokenizer(config, model_path: str | None = None):
     """The tokenizer of a ModelConfig: a GGUF file's or a folder's BPE tokenizer when it has one,
     else bytes plus the model's BOS/EOS ids (the built-in random model)."""
-    from engine.llm.hf_tokenizer import folder_tokenizer, gguf_tokenizer
+    from accord.engine.llm.hf_tokenizer import folder_tokenizer, gguf_tokenizer
 
     if getattr(config, "gguf_path", None):
         return gguf_tokenizer(config.gguf_path, config.bos_token_id, config.eos_token_ids)
     if model_path is not None:
-        from resolver.model_location import local_path
+        from accord.rules.models.location import local_path
 
         folder = local_path(model_path)
         if folder is not None and (folder / "tokenizer.json").is_file():
@@ -65,6 +65,6 @@ def incremental_decoder(tokenizer=None):
     """A per-request streaming decoder for `tokenizer` (None or bytes: the UTF-8 byte decoder)."""
     if tokenizer is None or isinstance(tokenizer, ByteTokenizer):
         return IncrementalDecoder()
-    from engine.llm.hf_tokenizer import TokenizerDecoder
+    from accord.engine.llm.hf_tokenizer import TokenizerDecoder
 
     return TokenizerDecoder(tokenizer)

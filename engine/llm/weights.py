@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 
-from engine.llm.model_config import ModelConfig
-from resolver.errors import UsageError
-from resolver.model_location import BUILTIN_NAMES, local_path
+from accord.engine.llm.model_config import ModelConfig
+from accord.resolver.errors import UsageError
+from accord.rules.models.location import BUILTIN_NAMES, local_path
 
 
 def _shard(full: torch.Tensor, dim: int | None, index: int, parts: int) -> torch.Tensor:
@@ -119,7 +119,7 @@ class GGUFWeights:
     def __init__(self, path: str, config: ModelConfig):
         import numpy as np
 
-        from resolver.gguf_header import read_header
+        from accord.rules.models.gguf_header import read_header
 
         self.header, self.config = read_header(path), config
         self._data = np.memmap(path, dtype=np.uint8, mode="r")

@@ -12,15 +12,15 @@ from typing import Any
 
 import torch
 
-from engine.llm.batch import build_batch, logit_rows
-from engine.llm.kv_cache import SCRATCH_PAGE
-from engine.llm.model_config import load_model_config
-from engine.llm.model_runner import ModelRunner
-from engine.llm.parallel import Comm
-from engine.llm.sampling import Row, entry_size, logprob_entry, logprobs, process_logits, sample
-from engine.llm.scheduler import Scheduler, SchedulerLimits
-from engine.llm.settings import EngineSettings, Rank
-from engine.llm.tokenizer import make_tokenizer
+from accord.engine.llm.batch import build_batch, logit_rows
+from accord.engine.llm.kv_cache import SCRATCH_PAGE
+from accord.engine.llm.model_config import load_model_config
+from accord.engine.llm.model_runner import ModelRunner
+from accord.engine.llm.parallel import Comm
+from accord.engine.llm.sampling import Row, entry_size, logprob_entry, logprobs, process_logits, sample
+from accord.engine.llm.scheduler import Scheduler, SchedulerLimits
+from accord.engine.llm.settings import EngineSettings, Rank
+from accord.engine.llm.tokenizer import make_tokenizer
 
 
 class Worker:

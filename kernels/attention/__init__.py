@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from kernels.attention import decode, extend
-from kernels.launch import check_impl, require_launchable
-from kernels.paged_kv import PagedCacheShape, check_cache, check_index
+from accord.kernels.attention import decode, extend
+from accord.kernels.launch import check_impl, require_launchable
+from accord.kernels.paged_kv import PagedCacheShape, check_cache, check_index
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

@@ -46,8 +46,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.launch import dot_dtype, dot_precision
-from kernels.paged_kv import gather_tokens
+from accord.kernels.launch import dot_dtype, dot_precision
+from accord.kernels.paged_kv import gather_tokens
 
 LAUNCH_CONFIG = {"BLOCK_N": 64, "num_warps": 4}
 """Stage 1 tiles: BLOCK_N KV tokens per inner step. Compiled offline for sm_90 (head_dim 128, GQA

@@ -37,8 +37,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.launch import dot_dtype, dot_precision
-from kernels.paged_kv import gather_tokens
+from accord.kernels.launch import dot_dtype, dot_precision
+from accord.kernels.paged_kv import gather_tokens
 
 REQUIREMENTS = {
     "phases": ("prefill",),

@@ -1,4 +1,4 @@
-"""`accord matrix`: the command line over resolver.matrix (options, models, `--fix` launch flags, output).
+"""`accord matrix`: the command line over accord.resolver.exploring.matrix (options, models, `--fix` launch flags, output).
 
 The model a row is judged with comes from `--model-path`, before `--fix` (one or several: several
 make a `model` axis) or after it among the launch flags (one model, fixed in every row). Its facts
@@ -12,11 +12,11 @@ import argparse
 import shlex
 import sys
 
-from resolver.api import plan_for, resolve
-from resolver.catalog import SYSTEMS
-from resolver.commands.options import CommandParser
-from resolver.errors import UsageError
-from resolver.matrix import (GITHUB_MAX_JOBS, MODEL_FLAG, STRATEGIES, EmptyMatrix, describe_illegal, generate,
+from accord.resolver.api import plan_for, resolve
+from accord.resolver.language.catalog import SYSTEMS
+from accord.resolver.commands.options import CommandParser
+from accord.resolver.errors import UsageError
+from accord.resolver.exploring.matrix import (GITHUB_MAX_JOBS, MODEL_FLAG, STRATEGIES, EmptyMatrix, describe_illegal, generate,
                              parse_axes, render, summary, workflow, write_text_atomically)
 
 
@@ -78,9 +78,9 @@ def _models(option: list[str], fixed: dict) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    from resolver.facts import load_facts
-    from resolver.flagparse import parse_flags
-    from resolver.model_facts import model_path_warning
+    from accord.resolver.facts.machine import load_facts
+    from accord.resolver.commandline.flagparse import parse_flags
+    from accord.resolver.facts.model import model_path_warning
 
     own, fix_words = _split_fix(list(argv))
     opts = _parser().parse_args(own)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from resolver.errors import UsageError
+from accord.resolver.errors import UsageError
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -22,7 +22,7 @@ class CommandParser(argparse.ArgumentParser):
 
 def add_fact_options(parser: argparse.ArgumentParser) -> None:
     """`--facts` and `--fact`: where the machine facts come from, and overrides on top."""
-    from resolver.facts import list_presets
+    from accord.resolver.facts.machine import list_presets
 
     parser.add_argument("--facts", default="probe", metavar="PRESET|FILE|probe",
                         help=f"where machine facts come from: a preset ({', '.join(list_presets())}), "

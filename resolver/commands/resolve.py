@@ -11,13 +11,13 @@ import dataclasses
 import json
 import sys
 
-from resolver.api import ConflictError, resolve
-from resolver.commands.options import add_fact_options
-from resolver.errors import EXIT_CONFLICT
-from resolver.facts import load_facts
-from resolver.flagparse import ParsedFlags, parse_flags
-from resolver.frozen import ResolvedConfig, thaw
-from resolver.model_facts import model_path_warning
+from accord.resolver.api import ConflictError, resolve
+from accord.resolver.commands.options import add_fact_options
+from accord.resolver.errors import EXIT_CONFLICT
+from accord.resolver.facts.machine import load_facts
+from accord.resolver.commandline.flagparse import ParsedFlags, parse_flags
+from accord.resolver.frozen import ResolvedConfig, thaw
+from accord.resolver.facts.model import model_path_warning
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -52,14 +52,14 @@ def print_conflict(err: ConflictError, as_json: bool) -> int:
     if as_json:
         print(conflict_json(err))
     else:
-        from resolver.proof import render_conflict, wants_color
+        from accord.resolver.explaining.proof import render_conflict, wants_color
         print(render_conflict(err, color=wants_color(sys.stderr)), file=sys.stderr)
     return EXIT_CONFLICT
 
 
 def print_config(config: ResolvedConfig, show_all: bool) -> None:
-    from resolver.layout import terminal_width, wrap_hanging  # the text table only; --json never needs it
-    from resolver.report import value_table
+    from accord.resolver.explaining.layout import terminal_width, wrap_hanging  # the text table only; --json never needs it
+    from accord.resolver.explaining.report import value_table
 
     names = [n for n in config.values
              if show_all or config.provenance[n]["source"] != "default"]
@@ -110,7 +110,7 @@ def relaxed_changes(config: ResolvedConfig) -> list[dict]:
 
 def main_dry_run(parsed, facts, opts) -> int:
     """`accord resolve --dry-run`: the dry-run table (or JSON), or the conflict of the command itself."""
-    from resolver.dryrun import dry_run, render
+    from accord.resolver.exploring.dryrun import dry_run, render
 
     try:
         config, choices = dry_run(parsed.system, parsed.values, facts, opts.only)

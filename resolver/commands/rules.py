@@ -12,10 +12,10 @@ import json
 
 import yaml
 
-from resolver.catalog import RULES_DIR, SYSTEMS, load_catalog
-from resolver.commands.options import CommandParser
-from resolver.errors import UsageError
-from resolver.rules import load_rules
+from accord.resolver.language.catalog import RULES_DIR, SYSTEMS, load_catalog
+from accord.resolver.commands.options import CommandParser
+from accord.resolver.errors import UsageError
+from accord.resolver.language.ruleset import load_rules
 
 
 def _systems(choice: str | None) -> list[str]:
@@ -74,8 +74,8 @@ def _print_stats(data: dict) -> None:
 
 
 def run_lint(systems: list[str]) -> int:
-    from resolver.facts import FACT_KEYS, list_presets, load_preset
-    from resolver.lint import lint
+    from accord.resolver.facts.machine import FACT_KEYS, list_presets, load_preset
+    from accord.resolver.language.lint import lint
 
     presets = {name: load_preset(name) for name in list_presets()}
     failed = False
@@ -112,7 +112,7 @@ def main(argv: list[str]) -> int:
                 total = sum(d["seed_coverage"]["total"] for d in data)
                 print(f"all systems: {encoded} of {total} seed rules encoded ({100.0 * encoded / total:.1f}%)")
         return 0
-    from resolver.graph import build_graph, export
+    from accord.resolver.language.graph import build_graph, export
 
     if len(systems) != 1:
         raise UsageError("--graph exports one system at a time: add --system llm or --system diffusion.")

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import argparse
 
-from resolver.api import ConflictError, resolve
-from resolver.commands import resolve as resolve_cmd
-from resolver.errors import UsageError
-from resolver.facts import load_facts
-from resolver.flagparse import parse_flags
-from resolver.model_location import served_model_path
+from accord.resolver.api import ConflictError, resolve
+from accord.resolver.commands import resolve as resolve_cmd
+from accord.resolver.errors import UsageError
+from accord.resolver.facts.machine import load_facts
+from accord.resolver.commandline.flagparse import parse_flags
+from accord.rules.models.location import served_model_path
 
 ENGINE_FACTS = {"engine": "accord"}
 
@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
     for line in config.warnings:
         print(f"accord serve: warning: {line}", flush=True)
     if config.system == "diffusion":
-        from engine.diffusion.server import serve
+        from accord.engine.diffusion.server import serve
     else:
-        from engine.llm.server import serve
+        from accord.engine.llm.server import serve
     return serve(config)

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 
-from resolver import api
-from resolver.api import ConflictError, resolve
-from resolver.commands.resolve import print_conflict, resolve_command
-from resolver.errors import UsageError
-from resolver.explain import derived_readings
-from resolver.flagparse import detect_system
-from resolver.report import describe_value
-from resolver.solve import Env
+from accord.resolver import api
+from accord.resolver.api import ConflictError, resolve
+from accord.resolver.commands.resolve import print_conflict, resolve_command
+from accord.resolver.errors import UsageError
+from accord.resolver.explaining.explain import derived_readings
+from accord.resolver.commandline.flagparse import detect_system
+from accord.resolver.explaining.report import describe_value
+from accord.resolver.solving.solve import Env
 
 MAX_DEPTH = 3
 

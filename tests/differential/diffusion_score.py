@@ -33,10 +33,10 @@ from typing import Any
 
 import yaml
 
-from resolver.api import ConflictError, resolve
-from resolver.errors import AccordError
-from resolver.facts import load_facts
-from resolver.flagparse import parse_flags
+from accord.resolver.api import ConflictError, resolve
+from accord.resolver.errors import AccordError
+from accord.resolver.facts.machine import load_facts
+from accord.resolver.commandline.flagparse import parse_flags
 from tests.differential.diffusion_gen import localize, materialize
 
 ORACLE_RUN = Path(os.environ.get("ACCORD_ORACLE", "/work/shared/oracle")) / "run"

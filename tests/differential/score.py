@@ -17,10 +17,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from resolver.api import ConflictError, resolve
-from resolver.errors import AccordError
-from resolver.facts import load_facts
-from resolver.flagparse import parse_flags
+from accord.resolver.api import ConflictError, resolve
+from accord.resolver.errors import AccordError
+from accord.resolver.facts.machine import load_facts
+from accord.resolver.commandline.flagparse import parse_flags
 from tests.differential.gen_llm import accord_argv
 
 # Upstream fields compared one to one with Accord's field of the same name.

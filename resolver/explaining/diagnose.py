@@ -1,0 +1,180 @@
+"""Diagnosis: every conflict of an unsatisfiable launch with its fixes, the chains a drop leads
+into, and one combined fix for all of them.
+
+The layers below answer one question each: explain.py finds a minimal conflict (the user values and
+rules that cannot hold together), fixes.py finds and ranks the changes that resolve one conflict.
+Here they meet: each independent conflict gets its own fixes, a dropped flag that leads into another
+rule becomes a chain (PubGrub's "and because ..."), and the conflicts' fixes are combined into one
+change that is verified as a whole (what `--relax` applies).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any, Mapping
+
+from accord.resolver.explaining.explain import minimal_flags, minimal_rules
+from accord.resolver.explaining.fixes import Fix, combine, find_fixes, hint_fix
+from accord.resolver.language.ruleset import Rule
+from accord.resolver.solving.nearby import nearby_for, seed_from_all
+from accord.resolver.solving.solve import Env, Plan
+
+MAX_COMBINATIONS = 64     # combined-fix candidates tried before falling back to fixing in rounds
+MAX_ROUNDS = 8            # rounds of "apply the best fix, explain what is left" for a combined fix
+
+
+@dataclasses.dataclass(frozen=True)
+class Conflict:
+    flags: tuple[str, ...]            # user flags in the minimal conflict
+    rules: tuple[str, ...]            # hard rule ids in the minimal conflict
+    facts: tuple[str, ...]            # facts those rules read
+    fixes: tuple[Fix, ...]
+
+
+def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]) -> list[Conflict]:
+    """Every independent minimal conflict of an unsatisfiable request, each with its fixes.
+
+    The rules the launch breaks are found first (with every user value in place), then the fewest
+    user values that break them, then the fewest of those rules those values break. Looking at the
+    broken rules first keeps the blame where the launch put it: dropping a value can only make the
+    defaults come back, which may break some other rule.
+    """
+    found: list[tuple[list[str], list[Rule]]] = []
+    # What solving each command gave, shared by every step; each command below is the launch with
+    # some values dropped, so it starts from what the launch's own solve found (resolver/nearby.py).
+    cache: dict = {}
+    before = nearby_for(plan, user, facts, cache)
+    remaining = dict(user)
+    while before.decisions() is None:  # not satisfiable
+        broken = minimal_rules(plan, remaining, facts, cache=cache)
+        flags = minimal_flags(plan, remaining, facts, broken)
+        rules = minimal_rules(plan, {k: remaining[k] for k in flags}, facts, broken, cache)
+        found.append((flags, rules))
+        if not flags:
+            break  # the facts alone are contradictory: nothing the user can drop separates more
+        for name in flags:
+            remaining.pop(name)
+        seed_from_all(cache, remaining)
+        before = nearby_for(plan, remaining, facts, cache)
+    found.sort(key=lambda item: [plan.order[name] for name in item[0]])
+    conflicts = []
+    for flags, rules in found:
+        # Judge each conflict's fixes without the others, so independent conflicts each get theirs.
+        others = {name for other, _ in found if other is not flags for name in other}
+        isolated = {k: v for k, v in user.items() if k not in others}
+        seed_from_all(cache, isolated)
+        read_facts = sorted(set().union(*(r.reads_facts for r in rules)) & set(facts))
+        fixes = find_fixes(plan, isolated, facts, flags, rules, cache)
+        conflicts.append(Conflict(tuple(flags), tuple(r.id for r in rules), tuple(read_facts), tuple(fixes)))
+    return conflicts
+
+
+def combined_fix(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], conflicts: list,
+                 avoid_fill_in: bool = False) -> list[tuple[Fix, Any]] | None:
+    """Fixes that together resolve every conflict, verified as a whole, each with the conflict it
+    answers (None when none was found).
+
+    First the conflicts' own fixes, combined best-first (fewest changes); if no combination
+    resolves (fixing one conflict can expose another rule), fix in rounds: apply the best fix,
+    explain what is left, repeat. `avoid_fill_in` (for --relax) passes over fixes with placeholders
+    while another exists, since a placeholder cannot launch as is. `combine` merges the parts.
+    """
+    lists = [_usable(c.fixes, avoid_fill_in) for c in conflicts]
+    if not lists or not all(lists):
+        return None
+    combos = sorted(itertools.islice(itertools.product(*lists), MAX_COMBINATIONS * 4),
+                    key=lambda combo: (sum(f.size() for f in combo),
+                                       [lists[i].index(f) for i, f in enumerate(combo)]))
+    for combo in combos[:MAX_COMBINATIONS]:
+        fix = combine(list(combo))
+        if fix is not None and plan.satisfiable(fix.apply(user), facts):
+            return list(zip(combo, conflicts))
+    return _in_rounds(plan, user, facts, [(lst[0], c) for lst, c in zip(lists, conflicts)], avoid_fill_in)
+
+
+def upstream_rewrite(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
+                     conflicts: list) -> list[tuple[Fix, Any]] | None:
+    """For `--relax`: every conflict answered by its rule's own `fix:` hint (upstream's rewrite),
+    verified with those values counted as upstream's rather than typed (None when a conflict has
+    no hint, a hint needs a placeholder, or the rewrites together do not resolve)."""
+    by_id = plan.ruleset.by_id()
+    env = Env(plan, dict(user), facts, {})
+    parts = []
+    for conflict in conflicts:
+        hints = [fix for rid in conflict.rules if (fix := hint_fix(by_id[rid], env, user)) is not None]
+        if not hints or hints[0].fill_in or hints[0].size() == 0:
+            return None
+        parts.append((hints[0], conflict))
+    fix = combine([part for part, _ in parts])
+    if fix is None or not plan.satisfiable(fix.apply(user, as_upstream=True), facts):
+        return None
+    return parts
+
+
+def _usable(fixes, avoid_fill_in: bool) -> list[Fix]:
+    plain = [f for f in fixes if not f.fill_in]
+    return plain if avoid_fill_in and plain else list(fixes)
+
+
+def _in_rounds(plan: Plan, user, facts, first: list, avoid_fill_in: bool) -> list | None:
+    applied = list(first)
+    for _ in range(MAX_ROUNDS):
+        fix = combine([part for part, _ in applied])
+        if fix is None:
+            return None
+        values = fix.apply(user)
+        if plan.satisfiable(values, facts):
+            return applied
+        rest = find_conflicts(plan, values, facts)
+        nexts = [_usable(c.fixes, avoid_fill_in) for c in rest]
+        if not rest or not all(nexts):
+            return None
+        applied += [(lst[0], c) for lst, c in zip(nexts, rest)]
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Chain:
+    """Dropping a flag of a conflict exposes another rule: which, and the fix of both (if any)."""
+
+    dropped: str
+    flags: tuple[str, ...]
+    rules: tuple[str, ...]
+    then: Fix | None
+
+
+def drop_chains(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
+                flags: list[str], fixes: list[Fix]) -> list[Chain]:
+    """For each flag of a conflict whose drop is not a fix: the rule that still fails without it.
+
+    This is PubGrub's "and because ..." step: the first conflict's way out leads into a second
+    one, and the report says so instead of silently leaving the drop out.
+    """
+    offered = {f.key() for f in fixes}
+    chains = []
+    for name in flags:
+        drop = Fix(changes=(), drops=(name,))
+        if drop.key() in offered:
+            continue
+        rest = drop.apply(user)
+        if plan.satisfiable(rest, facts):
+            continue  # verified but ranked below the offered fixes
+        broken = minimal_rules(plan, rest, facts)
+        culprits = minimal_flags(plan, rest, facts, broken)
+        broken = minimal_rules(plan, {k: rest[k] for k in culprits}, facts, broken)
+        then = None
+        for fix in find_fixes(plan, rest, facts, culprits, broken):
+            both = combine([drop, dataclasses.replace(fix, rule=None)])
+            if both is None or any(_within(f, both) for f in fixes):
+                continue  # an offered fix does less and already works
+            if plan.satisfiable(both.apply(user), facts):
+                then = both
+                break
+        chains.append(Chain(name, tuple(culprits), tuple(r.id for r in broken), then))
+    return chains
+
+
+def _within(small: Fix, big: Fix) -> bool:
+    """Whether every change of `small` is also made by `big`."""
+    return set(small.drops) <= set(big.drops) and all(c in big.changes for c in small.changes)

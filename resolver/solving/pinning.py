@@ -1,0 +1,207 @@
+"""Legality of pinned values: "is this command still legal with these flags pinned?", fast.
+
+The dry-run asks it for every value of every backend-like flag, and the CI matrix for every
+partial row; both start from one resolve and reuse it (see `Pinning`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from accord.resolver.explaining.explain import minimal_rules
+from accord.resolver.frozen import ResolvedConfig
+from accord.resolver.explaining.report import describe_value
+from accord.resolver.language.ruleset import Rule
+from accord.resolver.solving.solve import Env, Plan, holds
+
+
+class Pinning:
+    """Answers "is this command still legal with these flags pinned?" for many pins, from one resolve.
+
+    `reach(x)` is every flag whose value can change x's value: x itself and, while x is unset, what
+    its default and prefer rules read. A hard rule can only change verdict when a flag in its reach
+    is pinned, so only those rules are checked, against the resolved configuration with the pinned
+    values swapped in (the *example*). When the example breaks a rule, the rules unsatisfiable on
+    their own name the exclusion; otherwise the solver decides, given only the rules linked to the
+    pinned flags through shared decisions (the other components are untouched and stay legal).
+
+    Without a resolved configuration (the user's flags conflict by themselves) every question goes
+    to the solver.
+    """
+
+    def __init__(self, plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
+                 config: ResolvedConfig | None):
+        self.plan = plan
+        self.user = dict(user)
+        self.facts = facts
+        self.decisions = None if config is None else {d: config.values[d] for d in plan.prefer_rules}
+        # Scalars only: a resolved list or mapping is stored frozen (a tuple, a read-only mapping),
+        # which a rule could tell apart from the list a default computes.
+        self._values = {} if config is None else {
+            n: v for n, v in config.values.items() if v is None or type(v) in (str, int, float, bool)}
+        self._stable = {n: v for n, v in self._values.items() if n not in self.user}
+        # Reach, and the rules pins touch, depend only on which flags are set, never on values:
+        # shared by every Pinning of a launch with the same flags set (the UI's next change).
+        memo = plan.pinning_memo(self.user)
+        self._reach: dict[str, frozenset[str]] = memo.setdefault("reach", {})
+        self._rule_reach: dict[int, frozenset[str]] = memo.setdefault("rule_reach", {})
+        if not self._rule_reach:
+            self._rule_reach.update((id(rule), self._reach_all(_read_by(rule, hard=True))) for rule in plan.hard_rules)
+        self._touching: dict[frozenset[str], list[Rule]] = memo.setdefault("touching", {})
+        self._linked: dict[frozenset[str], list[Rule]] = memo.setdefault("linked", {})
+        self._memo = memo
+        self._examples: dict[frozenset[str], tuple[dict[str, Any], dict[str, Any]]] = {}
+        self._clean: set[tuple] = {()}  # pin sets whose example holds (no pins: the resolved config)
+
+    def reach(self, name: str) -> frozenset[str]:
+        if name not in self._reach:
+            self._reach[name] = frozenset({name})  # placeholder breaks cycles (lint rejects them)
+            if name not in self.user and name in self.plan.catalog:
+                rules = self.plan.default_rules.get(name, []) + self.plan.prefer_rules.get(name, [])
+                reads = set().union(*(_read_by(r, hard=False) for r in rules))
+                self._reach[name] = frozenset({name}) | self._reach_all(reads)
+        return self._reach[name]
+
+    def _reach_all(self, names: Iterable[str]) -> frozenset[str]:
+        return frozenset().union(*(self.reach(n) for n in names))
+
+    def repair_flags(self, rules: Iterable[Rule]) -> frozenset[str]:
+        """Flags whose pinning could change what these rules say: only they can undo an exclusion."""
+        return frozenset().union(*(self._rule_reach[id(r)] for r in rules))
+
+    def touching(self, names: frozenset[str]) -> list[Rule]:
+        """Hard rules whose verdict can change when these flags are pinned."""
+        if names not in self._touching:
+            self._touching[names] = [r for r in self.plan.hard_rules if self._rule_reach[id(r)] & names]
+        return self._touching[names]
+
+    def legal(self, pins: Mapping[str, Any]) -> bool:
+        return self._judge(pins, every=False) is None
+
+    def verdict(self, pins: Mapping[str, Any]) -> tuple[Rule, ...] | None:
+        """None when the command with `pins` is legal, else the rules that exclude it."""
+        groups = self.exclusions(pins)
+        return None if groups is None else tuple(dict.fromkeys(r for g in groups for r in g))
+
+    def first_exclusion(self, pins: Mapping[str, Any]) -> list[tuple[Rule, ...]] | None:
+        """None when legal; else at most one group of rules (none when no single proof is at hand):
+        cheaper than `exclusions`, for searches that only need to know whether and roughly why."""
+        return self._judge(pins, every=False)
+
+    def exclusions(self, pins: Mapping[str, Any]) -> list[tuple[Rule, ...]] | None:
+        """None when legal; else groups of rules, each unsatisfiable by itself with these pins."""
+        return self._judge(pins, every=True)
+
+    def _judge(self, pins: Mapping[str, Any], every: bool) -> list[tuple[Rule, ...]] | None:
+        """The exclusions of `pins`; without `every`, only the first proof found (possibly empty)."""
+        names = frozenset(pins)
+        pinned = {**self.user, **pins}
+        if self.decisions is None:
+            if self.plan.satisfiable(pinned, self.facts):
+                return None
+            return [tuple(minimal_rules(self.plan, pinned, self.facts))] if every else []
+        key = _pin_key(pins)
+        if key in self._clean:
+            return None
+        fresh = self._unchecked(pins)
+        decided, example = self._example(names)
+        env = Env(self.plan, pinned, self.facts, example)
+        broken = []
+        for rule in self.touching(fresh):
+            if not holds(rule, env):
+                if not every and self._fixed(names, rule):
+                    return [(rule,)]
+                broken.append(rule)
+        if not broken and self._still_eligible(fresh, decided, env):
+            self._clean.add(key)
+            return None
+        alone = []
+        for rule in broken:
+            if self._fixed(names, rule) or not self.plan.satisfiable(pinned, self.facts, [rule]):
+                if not every:
+                    return [(rule,)]
+                alone.append((rule,))
+        if alone:
+            return alone
+        linked = self.linked(names)
+        if self.plan.satisfiable(pinned, self.facts, linked):
+            return None
+        return [tuple(minimal_rules(self.plan, pinned, self.facts, linked))] if every else []
+
+    def _example(self, names: frozenset[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(the resolved decisions the pins leave alone, those plus every resolved value they cannot reach).
+
+        A flag whose reach holds no pinned flag keeps its resolved value while the decisions stay
+        fixed, so the example gives it as a constant instead of deriving it again for each pin."""
+        found = self._examples.get(names)
+        if found is None:
+            decided = {d: v for d, v in self.decisions.items() if d not in self.user and d not in names}
+            example = self._stable.copy()
+            for name in self._reached_from(names):
+                example.pop(name, None)
+            example.update(decided)
+            found = self._examples[names] = (decided, example)
+        return found
+
+    def _reached_from(self, names: frozenset[str]) -> set[str]:
+        """Every flag whose reach holds one of `names` (they themselves included)."""
+        inverse = self._memo.get("inverse")
+        if inverse is None:
+            inverse = {}
+            for flag in self.plan.catalog.flags:
+                for pinned in self.reach(flag):
+                    inverse.setdefault(pinned, set()).add(flag)
+            self._memo["inverse"] = inverse
+        return set().union(*(inverse.get(name, ()) for name in names))
+
+    def _unchecked(self, pins: Mapping[str, Any]) -> frozenset[str]:
+        """The pinned flags whose rules must be checked: all of them, unless the example already
+        held with one pin fewer, in which case only that last pin can have broken something."""
+        for name in pins:
+            if _pin_key({k: v for k, v in pins.items() if k != name}) in self._clean:
+                return frozenset({name})
+        return frozenset(pins)
+
+    def _still_eligible(self, names: frozenset[str], decided: Mapping[str, Any], env: Env) -> bool:
+        """Every decision the pins can influence may still take its resolved value."""
+        return all(value in [v for v, _ in self.plan.candidates(decision, env)]
+                   for decision, value in decided.items() if self.reach(decision) & names)
+
+    def _fixed(self, names: frozenset[str], rule: Rule) -> bool:
+        """The rule reads no decision once `names` are pinned: no choice of the solver changes it."""
+        return not self.plan.rule_depends(rule, {**self.user, **dict.fromkeys(names)})
+
+    def linked(self, names: frozenset[str]) -> list[Rule]:
+        """The rules touching `names` plus every rule sharing a decision with them, transitively."""
+        if names not in self._linked:
+            keys = {**self.user, **dict.fromkeys(names)}
+            deps = [(rule, self.plan.rule_depends(rule, keys)) for rule in self.plan.hard_rules]
+            memo = self.plan.depends_memo(keys)
+            chosen = {id(r) for r in self.touching(names)}
+            variables: set[str] = set().union(*(d for r, d in deps if id(r) in chosen))
+            grown = True
+            while grown:
+                grown = False
+                for var in list(variables):
+                    reads = set().union(*(r.reads_flags for r in self.plan.prefer_rules.get(var, ())))
+                    new = self.plan.depends(reads, keys, memo) - variables
+                    if new:
+                        variables |= new
+                        grown = True
+                for rule, d in deps:
+                    if id(rule) not in chosen and d & variables:
+                        chosen.add(id(rule))
+                        variables |= d
+                        grown = True
+            self._linked[names] = [rule for rule, _ in deps if id(rule) in chosen]
+        return self._linked[names]
+
+
+def _pin_key(pins: Mapping[str, Any]) -> tuple:
+    return tuple(sorted((k, describe_value(v)) for k, v in pins.items()))
+
+
+def _read_by(rule: Rule, hard: bool) -> set[str]:
+    """Flags a rule reads, including those whose being set (`is_set`) it asks about."""
+    exprs = [e for e in (rule.when, rule.require) if e is not None] if hard else rule.expressions()
+    return set().union(*(e.flags | e.set_checks for e in exprs))
