@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,8 +32,8 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from accord.resolver.language.catalog import load_catalog  # noqa: E402
 from accord.resolver.frozen import ResolvedConfig  # noqa: E402
+from accord.resolver.language.catalog import load_catalog  # noqa: E402
 
 LAUNCH = ("import json, sys; from accord.engine.diffusion.server import serve; from accord.resolver.frozen import ResolvedConfig; "
           "sys.exit(serve(ResolvedConfig.from_dict(json.load(open(sys.argv[1])))))")

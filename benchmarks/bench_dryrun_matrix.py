@@ -29,8 +29,8 @@ from pathlib import Path
 
 from accord.resolver.api import plan_for, resolve
 from accord.resolver.exploring.dryrun import dry_run, values_of
-from accord.resolver.facts.machine import load_facts
 from accord.resolver.exploring.matrix import FACTS_AXIS, MODEL_AXIS, Axis, Space, covering_rows, generate, parse_axes
+from accord.resolver.facts.machine import load_facts
 
 DRY_RUN = ("llm", "h100", {"tp_size": 8})
 DIFFUSION_DRY_RUN = ("diffusion", "h100", {})

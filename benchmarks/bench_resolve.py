@@ -32,8 +32,8 @@ import tempfile
 import time
 
 from accord.resolver.api import ConflictError, plan_for, resolve
-from accord.resolver.facts.machine import load_facts
 from accord.resolver.commandline.flagparse import parse_flags
+from accord.resolver.facts.machine import load_facts
 
 TYPICAL = ["--tp", "8", "--kv-cache-dtype", "fp8_e4m3", "--mem-fraction-static", "0.85",
            "--chunked-prefill-size", "8192", "--schedule-policy", "lpm"]

@@ -57,8 +57,8 @@ sys.path.insert(0, str(REPO))
 
 from accord.engine.llm.settings import EngineSettings  # noqa: E402
 from accord.engine.llm.worker import Worker  # noqa: E402
-from accord.resolver.language.catalog import load_catalog  # noqa: E402
 from accord.resolver.frozen import ResolvedConfig  # noqa: E402
+from accord.resolver.language.catalog import load_catalog  # noqa: E402
 from accord.rules.models.location import default_llm  # noqa: E402
 
 PROMPTS = ["The capital of France is", "Write a haiku about the sea.", "def fibonacci(n):",

@@ -11,8 +11,8 @@ from accord.engine.llm.batch import SeqSlice, build_batch
 from accord.engine.llm.messages import pack, unpack
 from accord.engine.llm.settings import EngineSettings
 from accord.engine.llm.worker import Worker
-from accord.resolver.language.catalog import load_catalog
 from accord.resolver.frozen import ResolvedConfig
+from accord.resolver.language.catalog import load_catalog
 from accord.rules.models.location import default_llm
 
 GGUF = default_llm()

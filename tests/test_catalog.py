@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from accord.resolver.language.catalog import SYSTEMS, load_catalog
 from accord.resolver.errors import UsageError
+from accord.resolver.language.catalog import SYSTEMS, load_catalog
 
 KIND_TO_TYPE = {"bool": "bool", "int": "int", "float": "float", "str": "str", "enum": "enum",
                 "list": "list", "dict/json": "json"}

@@ -8,8 +8,8 @@ import subprocess
 import pytest
 
 from accord.resolver.commands import cli
-from accord.resolver.language.catalog import load_catalog
 from accord.resolver.commands.completion import script
+from accord.resolver.language.catalog import load_catalog
 
 BASH = shutil.which("bash")
 ZSH = shutil.which("zsh")
@@ -84,8 +84,7 @@ def test_bash_completes_presets_matrix_and_why_arguments(words, offered):
 
 
 def test_matrix_options_and_choices_in_the_script_are_the_matrix_command_s():
-    from accord.resolver.commands import completion
-    from accord.resolver.commands import matrix
+    from accord.resolver.commands import completion, matrix
 
     actions = {a.option_strings[0]: a for a in matrix._parser()._actions if a.option_strings}
     assert set(completion.MATRIX_OPTIONS) - {"--help"} <= set(actions)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from accord.resolver.language.catalog import RULES_DIR, load_catalog
-from accord.resolver.errors import UsageError
 from accord.resolver.commandline.flagparse import parse_flags
+from accord.resolver.errors import UsageError
+from accord.resolver.language.catalog import RULES_DIR, load_catalog
 from accord.resolver.language.ruleset import load_rules
 
 COVERAGE = yaml.safe_load((RULES_DIR / "diffusion" / "coverage.yaml").read_text(encoding="utf-8"))

@@ -12,11 +12,11 @@ import yaml
 
 from accord.resolver import api
 from accord.resolver.api import ConflictError
-from accord.resolver.language.catalog import load_catalog
 from accord.resolver.commands.cli import main
-from accord.resolver.exploring.dryrun import Pinning, backend_like, dry_run, mentioned_values, render, values_of
 from accord.resolver.errors import UsageError
+from accord.resolver.exploring.dryrun import Pinning, backend_like, dry_run, mentioned_values, render, values_of
 from accord.resolver.facts.machine import load_facts
+from accord.resolver.language.catalog import load_catalog
 from accord.resolver.language.ruleset import load_rules
 from accord.resolver.solving.solve import Plan
 from tests.toy import B200, H100, toy_plan

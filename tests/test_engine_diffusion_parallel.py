@@ -13,8 +13,8 @@ import socket
 import numpy as np
 import pytest
 
-from accord.resolver.language.catalog import load_catalog
 from accord.resolver.frozen import ResolvedConfig
+from accord.resolver.language.catalog import load_catalog
 
 SINGLE = {"num_gpus": 1, "tp_size": 1, "sp_degree": 1, "ulysses_degree": 1, "ring_degree": 1,
           "enable_cfg_parallel": False, "cfg_parallel_degree": 1, "warmup_mode": "off"}

@@ -12,9 +12,9 @@ from accord.engine.diffusion.settings import EngineSettings
 from accord.engine.diffusion.spec import load_model_spec
 from accord.engine.diffusion.warmup import Resolution
 from accord.engine.diffusion.weights import load_networks
-from accord.resolver.language.catalog import load_catalog
 from accord.resolver.errors import UsageError
 from accord.resolver.frozen import ResolvedConfig
+from accord.resolver.language.catalog import load_catalog
 
 CONCRETE = {"tp_size": 1, "sp_degree": 1, "ulysses_degree": 1, "ring_degree": 1, "enable_cfg_parallel": False,
             "cfg_parallel_degree": 1, "warmup_mode": "off"}

@@ -16,9 +16,9 @@ from accord.engine.diffusion.ports import choose_ports
 from accord.engine.diffusion.settings import EngineSettings, UnsupportedConfig
 from accord.engine.diffusion.spec import load_model_spec
 from accord.engine.diffusion.warmup import Resolution, WarmupEntry, parse_resolution
-from accord.resolver.language.catalog import load_catalog
 from accord.resolver.errors import UsageError
 from accord.resolver.frozen import ResolvedConfig
+from accord.resolver.language.catalog import load_catalog
 
 CONCRETE = {"tp_size": 1, "sp_degree": 1, "ulysses_degree": 1, "ring_degree": 1, "enable_cfg_parallel": False,
             "cfg_parallel_degree": 1, "warmup_mode": "off"}

@@ -22,9 +22,9 @@ import httpx
 import numpy as np
 import pytest
 
-from accord.resolver.language.catalog import load_catalog
 from accord.resolver.errors import UsageError
 from accord.resolver.frozen import ResolvedConfig
+from accord.resolver.language.catalog import load_catalog
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH = ("import json, sys; from accord.engine.diffusion.server import serve; from accord.resolver.frozen import ResolvedConfig; "

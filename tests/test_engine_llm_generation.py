@@ -12,14 +12,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from accord.engine.llm.batch import SeqSlice, build_batch
 from accord.engine.llm.cuda_graph import StaticDecode
-from accord.engine.llm.batch import build_batch, SeqSlice
 from accord.engine.llm.model_config import BUILTIN_MODEL_DIR
 from accord.engine.llm.settings import EngineSettings
 from accord.engine.llm.weights import DummyWeights
 from accord.engine.llm.worker import Worker
-from accord.resolver.language.catalog import load_catalog
 from accord.resolver.frozen import ResolvedConfig
+from accord.resolver.language.catalog import load_catalog
 
 FACTS = {"platform": "cpu", "host.ram_gib": 8}
 BASE = dict(model_path="tiny-llama", attention_backend="torch_native", page_size=16, mem_fraction_static=0.8, random_seed=7,

@@ -16,8 +16,8 @@ from accord.engine.llm.messages import pack, unpack
 from accord.engine.llm.settings import EngineSettings
 from accord.engine.llm.worker import Worker
 from accord.engine.ports import free_port
-from accord.resolver.language.catalog import load_catalog
 from accord.resolver.frozen import ResolvedConfig
+from accord.resolver.language.catalog import load_catalog
 
 FACTS = {"platform": "cpu", "host.ram_gib": 8}
 BASE = dict(model_path="tiny-llama", attention_backend="torch_native", page_size=4, mem_fraction_static=0.8, random_seed=11,

@@ -18,8 +18,8 @@ import torch
 
 from accord.engine.llm.settings import EngineSettings
 from accord.engine.llm.worker import Worker
-from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.facts.model import model_facts
+from accord.resolver.frozen import ResolvedConfig
 from tests.smollm2_engine import FACTS, GGUF, TP_TOKENS, engine_values, greedy, last_logits, tp_rank_main
 
 transformers = pytest.importorskip("transformers")

@@ -75,9 +75,9 @@ def test_sampled_logprobs_use_the_temperature():
 
 def test_worker_logprobs_equal_log_softmax_of_the_models_logits():
     """Output and prompt log-probabilities a request gets are those of the model's own logits."""
-    from tests.test_engine_llm_server import server_config
     from accord.engine.llm.settings import EngineSettings
     from accord.engine.llm.worker import Worker
+    from tests.test_engine_llm_server import server_config
 
     torch.set_num_threads(1)
     settings = EngineSettings.from_config(server_config())

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from accord.engine.llm.settings import EngineSettings, Topology, UnsupportedConfig
-from accord.resolver.language.catalog import load_catalog
 from accord.resolver.errors import UsageError
 from accord.resolver.frozen import ResolvedConfig
+from accord.resolver.language.catalog import load_catalog
 
 BASE = dict(model_path="tiny-llama", attention_backend="torch_native", page_size=16, mem_fraction_static=0.8, random_seed=0)
 

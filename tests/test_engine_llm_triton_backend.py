@@ -31,9 +31,9 @@ import torch
 from accord.engine.llm.settings import EngineSettings
 from accord.engine.llm.worker import Worker
 from accord.kernels.launch import INTERPRETER
-from accord.resolver.language.catalog import load_catalog
 from accord.resolver.errors import UsageError
 from accord.resolver.frozen import ResolvedConfig
+from accord.resolver.language.catalog import load_catalog
 from tests.test_engine_llm_server import Server, server_config
 
 REPO = Path(__file__).resolve().parent.parent

@@ -19,10 +19,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from accord.resolver.language.catalog import load_catalog
 from accord.resolver.commands.cli import main as accord
 from accord.resolver.facts.machine import list_presets
 from accord.resolver.frozen import ResolvedConfig
+from accord.resolver.language.catalog import load_catalog
 from accord.resolver.language.ruleset import load_rules
 
 REPO = Path(__file__).resolve().parents[1]

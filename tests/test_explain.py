@@ -103,11 +103,11 @@ rules:
 
 @pytest.fixture
 def derived_plan(tmp_path, monkeypatch):
+    import yaml
+
     from accord.resolver.language.catalog import load_catalog
     from accord.resolver.language.ruleset import load_rules
     from accord.resolver.solving.solve import Plan
-    import yaml
-
     from tests.toy import RULES, write_toy
 
     write_toy(tmp_path)
@@ -182,8 +182,8 @@ def test_values_compared_inside_derived_values_and_named_sets_are_still_mentione
 def test_every_name_the_choice_metadata_describes_is_mentioned_when_a_rule_reads_it(tmp_path):
     """An open str flag has no domain, so a dry run tries the values the rules name: a rule that
     asks `meta(flag).prop` names every value the metadata describes, not only the ones it holds for."""
-    from accord.resolver.language.catalog import load_catalog
     from accord.resolver.explaining.explain import mentioned_values
+    from accord.resolver.language.catalog import load_catalog
     from accord.resolver.language.ruleset import load_rules
     from accord.resolver.solving.solve import Plan
     from tests.toy import write_meta_toy

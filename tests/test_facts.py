@@ -12,8 +12,8 @@ import pytest
 
 import accord.resolver.facts.model as model_facts_module
 from accord.resolver.commands import cli
-from accord.resolver.facts import machine as facts
 from accord.resolver.errors import UsageError
+from accord.resolver.facts import machine as facts
 from accord.resolver.facts.machine import fact_spec, list_presets, load_facts, load_preset, parse_fact, probe
 
 REPO = Path(__file__).resolve().parent.parent

@@ -8,10 +8,10 @@ import pytest
 import yaml
 
 from accord.resolver import api
-from accord.resolver.language.catalog import load_catalog
 from accord.resolver.commands.cli import main
 from accord.resolver.explaining.diagnose import combined_fix, find_conflicts
 from accord.resolver.explaining.fixes import Fix, combine
+from accord.resolver.language.catalog import load_catalog
 from accord.resolver.language.ruleset import load_rules
 from accord.resolver.solving.solve import Plan
 from tests.toy import B200, CATALOG, H100, RULES, TWO_CONFLICTS, toy_plan, write_toy

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from accord.resolver.commands import cli
-from accord.resolver.language.catalog import SYSTEMS, Flag, load_catalog
-from accord.resolver.errors import UsageError
 from accord.resolver.commandline.flagparse import detect_system, parse_flags
+from accord.resolver.commands import cli
+from accord.resolver.errors import UsageError
+from accord.resolver.language.catalog import SYSTEMS, Flag, load_catalog
 
 PY_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "json": (dict, list)}
 SAMPLE_WORDS = {"int": (["7"], 7), "float": (["0.25"], 0.25), "str": (["some-text"], "some-text"),

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from accord.resolver.commands import cli
-from accord.resolver.language.catalog import SYSTEMS, load_catalog
 from accord.resolver.commands.flags import entries, main
+from accord.resolver.language.catalog import SYSTEMS, load_catalog
 
 
 def _json(capsys, *argv: str) -> list[dict]:

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from accord.resolver.commandline.flagvalues import (
+    BadValue,
+    convert_data,
+    convert_text,
+    describe_expected,
+    parse_human_int,
+)
 from accord.resolver.language.catalog import load_catalog
-from accord.resolver.commandline.flagvalues import BadValue, convert_data, convert_text, describe_expected, parse_human_int
 
 LLM = load_catalog("llm")
 

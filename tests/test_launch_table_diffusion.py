@@ -16,8 +16,8 @@ import shlex
 import pytest
 
 from accord.resolver.api import ConflictError, resolve
-from accord.resolver.facts.machine import load_facts
 from accord.resolver.commandline.flagparse import parse_flags
+from accord.resolver.facts.machine import load_facts
 
 DOCS = "sgl-project/sglang docs/diffusion"
 SEED = "seed 004_821319f8ce9a0ec1.txt"

@@ -24,8 +24,8 @@ import shlex
 import pytest
 
 from accord.resolver.api import ConflictError, resolve
-from accord.resolver.facts.machine import load_facts
 from accord.resolver.commandline.flagparse import parse_flags
+from accord.resolver.facts.machine import load_facts
 
 # --- model configs (abridged HF config.json files: the fields the model facts read) ---------------
 

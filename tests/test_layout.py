@@ -9,8 +9,8 @@ import pytest
 
 from accord.resolver.commands import cli
 from accord.resolver.explaining import layout
-from accord.resolver.language.catalog import RULES_DIR
 from accord.resolver.explaining.proof import wants_color
+from accord.resolver.language.catalog import RULES_DIR
 
 LLAMA = str(RULES_DIR / "models" / "tiny-llama")
 

@@ -9,12 +9,12 @@ import pytest
 import yaml
 
 from accord.resolver import api
-from accord.resolver.language.catalog import load_catalog
 from accord.resolver.commands.cli import main
 from accord.resolver.exploring.matrix import Axis, generate, render, workflow
+from accord.resolver.exploring.testing import matrix_params
+from accord.resolver.language.catalog import load_catalog
 from accord.resolver.language.ruleset import load_rules
 from accord.resolver.solving.solve import Plan
-from accord.resolver.exploring.testing import matrix_params
 from tests.toy import B200, CPU, H100, toy_plan, write_toy
 
 PRESETS = {"h100": H100, "b200": B200, "cpu": CPU}

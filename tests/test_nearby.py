@@ -11,12 +11,12 @@ import itertools
 import pytest
 
 from accord.resolver.api import plan_for
-from accord.resolver.language.expr import UnknownFact
-from accord.resolver.facts.machine import load_facts
-from accord.resolver.explaining.fixes import MAX_FIXES, _proposals, find_fixes
+from accord.resolver.commandline.flagparse import parse_flags
 from accord.resolver.explaining.diagnose import find_conflicts
 from accord.resolver.explaining.explain import minimal_rules
-from accord.resolver.commandline.flagparse import parse_flags
+from accord.resolver.explaining.fixes import MAX_FIXES, _proposals, find_fixes
+from accord.resolver.facts.machine import load_facts
+from accord.resolver.language.expr import UnknownFact
 from accord.resolver.solving.nearby import Nearby, nearby_for
 from accord.resolver.solving.solve import Env
 

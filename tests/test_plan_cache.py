@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from accord.resolver.explaining.diagnose import find_conflicts
+from accord.resolver.facts.machine import load_facts
 from accord.resolver.language import plancache
 from accord.resolver.language.catalog import RULES_DIR, load_catalog
-from accord.resolver.explaining.diagnose import find_conflicts
 from accord.resolver.language.expr import parse
-from accord.resolver.facts.machine import load_facts
 from accord.resolver.language.ruleset import load_rules, plan_sources
 from accord.resolver.solving.solve import Plan
 

@@ -7,9 +7,9 @@ import shlex
 import pytest
 
 from accord.resolver import api
-from accord.resolver.explaining.fixes import Fix
 from accord.resolver.commandline.flagparse import parse_flags
 from accord.resolver.explaining.conflict_report import command_argv
+from accord.resolver.explaining.fixes import Fix
 from accord.resolver.explaining.proof import render_conflict, wants_color
 from tests.toy import B200, H100, TWO_CONFLICTS, toy_plan
 

@@ -11,15 +11,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accord.resolver import api
-from accord.resolver.language.catalog import SYSTEMS
+from accord.resolver.commandline.flagparse import parse_flags
 from accord.resolver.commands.resolve import relaxed_changes
 from accord.resolver.explaining.conflict_report import flag_argv
 from accord.resolver.explaining.diagnose import find_conflicts
-from accord.resolver.commandline.flagparse import parse_flags
 from accord.resolver.facts.machine import list_presets, load_preset
+from accord.resolver.language.catalog import SYSTEMS
+from accord.resolver.language.expr import UnknownFact
 from accord.resolver.solving.solve import Env, check
 from tests.checks import assert_conflict_is_minimal
-from accord.resolver.language.expr import UnknownFact
 
 INT_SAMPLES = (0, 1, 2, 3, 4, 8, 16, 64, 4096)
 

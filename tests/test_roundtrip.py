@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from accord.resolver import api
 from accord.resolver.commands import cli
-from accord.resolver.language.catalog import RULES_DIR, load_catalog
 from accord.resolver.commands.resolve import resolve_command
+from accord.resolver.language.catalog import RULES_DIR, load_catalog
 from tests.test_properties import _relevant_flags
 
 PRESETS = ("h100", "a100", "b200", "l4", "mi300x", "cpu")

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from accord.resolver.api import ConflictError, resolve
-from accord.resolver.language.catalog import SYSTEMS
-from accord.resolver.facts.machine import load_facts
 from accord.resolver.commandline.flagparse import parse_flags
+from accord.resolver.facts.machine import load_facts
+from accord.resolver.language.catalog import SYSTEMS
 from accord.resolver.language.ruleset import load_rules
 
 CASES_DIR = Path(__file__).parent / "rule_cases"

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from accord.resolver.language.catalog import RULES_DIR, SYSTEMS, load_catalog
-from accord.resolver.errors import UsageError
 from accord.resolver.commandline.flagparse import parse_flags
+from accord.resolver.errors import UsageError
+from accord.resolver.language.catalog import RULES_DIR, SYSTEMS, load_catalog
 
 
 def _error(argv: list[str]) -> str:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from accord.resolver.language.catalog import RULES_DIR, load_catalog
-from accord.resolver.errors import UsageError
 from accord.resolver.commandline.flagparse import parse_flags
+from accord.resolver.errors import UsageError
+from accord.resolver.language.catalog import RULES_DIR, load_catalog
 
 TABLE = yaml.safe_load((RULES_DIR / "diffusion" / "upstream_spellings.yaml").read_text(encoding="utf-8"))
 SPELLINGS = {s for flag in load_catalog("diffusion") for s in flag.flags}

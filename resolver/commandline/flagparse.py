@@ -25,10 +25,17 @@ import os
 import re
 from typing import Any, Callable
 
-from accord.resolver.language.catalog import SYSTEMS, Catalog, DeprecatedSpelling, Flag, load_catalog
 from accord.resolver.commandline.configfile import read_config
+from accord.resolver.commandline.flagvalues import (
+    BadValue,
+    convert_data,
+    convert_text,
+    describe_expected,
+    takes_mapping,
+    usage_error,
+)
 from accord.resolver.errors import UsageError
-from accord.resolver.commandline.flagvalues import BadValue, convert_data, convert_text, describe_expected, takes_mapping, usage_error
+from accord.resolver.language.catalog import SYSTEMS, Catalog, DeprecatedSpelling, Flag, load_catalog
 
 AddOptions = Callable[[argparse.ArgumentParser], None]
 

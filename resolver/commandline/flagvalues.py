@@ -12,8 +12,8 @@ import math
 import re
 from typing import Any
 
-from accord.resolver.language.catalog import Flag
 from accord.resolver.errors import UsageError
+from accord.resolver.language.catalog import Flag
 
 # The seed's human-readable integers: lower-case suffixes count in thousands and allow a fraction
 # ("25.6k" is 25600), upper-case suffixes count in powers of 1024 and do not ("1K" is 1024).

@@ -16,8 +16,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from accord.resolver.language.catalog import RULES_DIR, Catalog
 from accord.resolver.errors import UsageError
+from accord.resolver.language.catalog import RULES_DIR, Catalog
 from accord.resolver.language.ruleset import UPSTREAM_SPELLINGS_FILE
 from accord.resolver.language.yamlcache import read_yaml_files
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import shlex
 
-from accord.resolver.language.catalog import SYSTEMS, Catalog, Flag, load_catalog
 from accord.resolver.commands.cli import COMMANDS
 from accord.resolver.errors import UsageError
-from accord.resolver.facts.machine import list_presets
 from accord.resolver.exploring.matrix import STRATEGIES
+from accord.resolver.facts.machine import list_presets
+from accord.resolver.language.catalog import SYSTEMS, Catalog, Flag, load_catalog
 
 SHELLS = ("bash", "zsh")
 # Subcommands that take launch flags; the others only get --help.

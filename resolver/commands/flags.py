@@ -11,10 +11,10 @@ import argparse
 import json
 from typing import Any
 
-from accord.resolver.language.catalog import SYSTEMS, Catalog, Flag, load_catalog
-from accord.resolver.errors import UsageError
 from accord.resolver.commandline.flagparse import suggest
 from accord.resolver.commandline.flagvalues import describe_expected
+from accord.resolver.errors import UsageError
+from accord.resolver.language.catalog import SYSTEMS, Catalog, Flag, load_catalog
 
 
 class _Parser(argparse.ArgumentParser):

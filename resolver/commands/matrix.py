@@ -13,11 +13,22 @@ import shlex
 import sys
 
 from accord.resolver.api import plan_for, resolve
-from accord.resolver.language.catalog import SYSTEMS
 from accord.resolver.commands.options import CommandParser
 from accord.resolver.errors import UsageError
-from accord.resolver.exploring.matrix import (GITHUB_MAX_JOBS, MODEL_FLAG, STRATEGIES, EmptyMatrix, describe_illegal, generate,
-                             parse_axes, render, summary, workflow, write_text_atomically)
+from accord.resolver.exploring.matrix import (
+    GITHUB_MAX_JOBS,
+    MODEL_FLAG,
+    STRATEGIES,
+    EmptyMatrix,
+    describe_illegal,
+    generate,
+    parse_axes,
+    render,
+    summary,
+    workflow,
+    write_text_atomically,
+)
+from accord.resolver.language.catalog import SYSTEMS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -78,8 +89,8 @@ def _models(option: list[str], fixed: dict) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    from accord.resolver.facts.machine import load_facts
     from accord.resolver.commandline.flagparse import parse_flags
+    from accord.resolver.facts.machine import load_facts
     from accord.resolver.facts.model import model_path_warning
 
     own, fix_words = _split_fix(list(argv))

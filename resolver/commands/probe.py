@@ -11,9 +11,9 @@ import argparse
 import json
 from typing import Any, Mapping
 
-from accord.resolver.language.catalog import SYSTEMS
 from accord.resolver.commands.options import CommandParser, add_fact_options
 from accord.resolver.facts.machine import load_facts
+from accord.resolver.language.catalog import SYSTEMS
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -12,12 +12,12 @@ import json
 import sys
 
 from accord.resolver.api import ConflictError, resolve
+from accord.resolver.commandline.flagparse import ParsedFlags, parse_flags
 from accord.resolver.commands.options import add_fact_options
 from accord.resolver.errors import EXIT_CONFLICT
 from accord.resolver.facts.machine import load_facts
-from accord.resolver.commandline.flagparse import ParsedFlags, parse_flags
-from accord.resolver.frozen import ResolvedConfig, thaw
 from accord.resolver.facts.model import model_path_warning
+from accord.resolver.frozen import ResolvedConfig, thaw
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +58,10 @@ def print_conflict(err: ConflictError, as_json: bool) -> int:
 
 
 def print_config(config: ResolvedConfig, show_all: bool) -> None:
-    from accord.resolver.explaining.layout import terminal_width, wrap_hanging  # the text table only; --json never needs it
+    from accord.resolver.explaining.layout import (  # the text table only; --json never needs it
+        terminal_width,
+        wrap_hanging,
+    )
     from accord.resolver.explaining.report import value_table
 
     names = [n for n in config.values

@@ -12,9 +12,9 @@ import json
 
 import yaml
 
-from accord.resolver.language.catalog import RULES_DIR, SYSTEMS, load_catalog
 from accord.resolver.commands.options import CommandParser
 from accord.resolver.errors import UsageError
+from accord.resolver.language.catalog import RULES_DIR, SYSTEMS, load_catalog
 from accord.resolver.language.ruleset import load_rules
 
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import argparse
 
 from accord.resolver.api import ConflictError, resolve
+from accord.resolver.commandline.flagparse import parse_flags
 from accord.resolver.commands import resolve as resolve_cmd
 from accord.resolver.errors import UsageError
 from accord.resolver.facts.machine import load_facts
-from accord.resolver.commandline.flagparse import parse_flags
 from accord.rules.models.location import served_model_path
 
 ENGINE_FACTS = {"engine": "accord"}

@@ -14,10 +14,10 @@ import json
 
 from accord.resolver import api
 from accord.resolver.api import ConflictError, resolve
+from accord.resolver.commandline.flagparse import detect_system
 from accord.resolver.commands.resolve import print_conflict, resolve_command
 from accord.resolver.errors import UsageError
 from accord.resolver.explaining.explain import derived_readings
-from accord.resolver.commandline.flagparse import detect_system
 from accord.resolver.explaining.report import describe_value
 from accord.resolver.solving.solve import Env
 

@@ -30,12 +30,19 @@ import shlex
 from typing import Any, Mapping
 
 from accord.resolver.explaining import layout
-from accord.resolver.language.catalog import Catalog
-from accord.resolver.explaining.explain import derived_readings
-from accord.resolver.language.expr import UnknownFact
 from accord.resolver.explaining.diagnose import combined_fix, drop_chains
+from accord.resolver.explaining.explain import derived_readings
 from accord.resolver.explaining.fixes import Fix, combine
-from accord.resolver.explaining.report import conflict_message, describe_value, fix_text, flag_arg, names_read, rule_clause
+from accord.resolver.explaining.report import (
+    conflict_message,
+    describe_value,
+    fix_text,
+    flag_arg,
+    names_read,
+    rule_clause,
+)
+from accord.resolver.language.catalog import Catalog
+from accord.resolver.language.expr import UnknownFact
 from accord.resolver.solving.solve import Env, Plan
 
 _STYLE = {"bold": "\033[1m", "red": "\033[31m", "green": "\033[32m", "off": "\033[0m"}

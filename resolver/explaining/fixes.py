@@ -23,8 +23,8 @@ import json
 from typing import Any, Mapping
 
 from accord.resolver.language.expr import UnknownFact
-from accord.resolver.solving.nearby import nearby_for
 from accord.resolver.language.ruleset import Rule
+from accord.resolver.solving.nearby import nearby_for
 from accord.resolver.solving.solve import Env, Plan, RelaxedValues
 
 MAX_FIXES = 5

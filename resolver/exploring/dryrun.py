@@ -29,15 +29,15 @@ import weakref
 from typing import Any, Iterable, Mapping
 
 from accord.resolver.api import plan_for, resolve
-from accord.resolver.language.catalog import RULES_DIR
 from accord.resolver.errors import UsageError
 from accord.resolver.explaining.explain import DerivedReading, derived_readings, mentioned_values
-from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.explaining.layout import terminal_width, wrap_hanging
-from accord.resolver.solving.pinning import Pinning
 from accord.resolver.explaining.report import describe_value
-from accord.resolver.solving.solve import Env, Plan
+from accord.resolver.frozen import ResolvedConfig
+from accord.resolver.language.catalog import RULES_DIR
 from accord.resolver.language.yamlcache import read_yaml_files
+from accord.resolver.solving.pinning import Pinning
+from accord.resolver.solving.solve import Env, Plan
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,13 +38,13 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from accord.resolver.api import ConflictError, plan_for, resolve
-from accord.resolver.language.catalog import SYSTEMS
-from accord.resolver.exploring.dryrun import CANDIDATE_TYPES, candidate_values, mentioned_values
-from accord.resolver.errors import EXIT_CONFLICT, AccordError, UsageError
 from accord.resolver.commandline.flagvalues import BadValue, convert_text, usage_error
-from accord.resolver.solving.pinning import Pinning
+from accord.resolver.errors import EXIT_CONFLICT, AccordError, UsageError
 from accord.resolver.explaining.report import describe_value, flag_arg
+from accord.resolver.exploring.dryrun import CANDIDATE_TYPES, candidate_values, mentioned_values
+from accord.resolver.language.catalog import SYSTEMS
 from accord.resolver.language.ruleset import Rule
+from accord.resolver.solving.pinning import Pinning
 
 FACTS_AXIS = "facts"
 MODEL_AXIS = "model"

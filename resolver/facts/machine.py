@@ -33,9 +33,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from accord.resolver.language.catalog import RULES_DIR
 from accord.resolver.errors import UsageError
 from accord.resolver.facts.model import model_facts
+from accord.resolver.language.catalog import RULES_DIR
 from accord.resolver.language.yamlcache import read_yaml_files
 
 PRESETS_DIR = RULES_DIR / "facts"

@@ -24,11 +24,11 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from accord.resolver.language.catalog import RULES_DIR, SYSTEMS
 from accord.resolver.errors import UsageError
+from accord.resolver.language.catalog import RULES_DIR, SYSTEMS
+from accord.resolver.language.yamlcache import read_yaml_files
 from accord.rules.models.gguf_header import gguf_facts
 from accord.rules.models.location import BUILTIN_NAMES, DEFAULT_NAME, gguf_file, local_path
-from accord.resolver.language.yamlcache import read_yaml_files
 
 PIPELINES_FILE = RULES_DIR / "diffusion" / "data" / "pipelines.yaml"
 BUILTIN_MODELS = {"llm": RULES_DIR / "models" / "tiny-llama", "diffusion": RULES_DIR / "models" / "tiny-dit"}

@@ -26,8 +26,8 @@ import functools
 from typing import Any, Iterable, Mapping
 
 from accord.resolver.language.expr import UnknownFact
-from accord.resolver.solving.memo import remember
 from accord.resolver.language.ruleset import Rule
+from accord.resolver.solving.memo import remember
 from accord.resolver.solving.solve import Env, Plan, RelaxedValues, check, holds
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from accord.resolver.explaining.explain import minimal_rules
-from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.explaining.report import describe_value
+from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.language.ruleset import Rule
 from accord.resolver.solving.solve import Env, Plan, holds
 

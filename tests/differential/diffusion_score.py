@@ -34,9 +34,9 @@ from typing import Any
 import yaml
 
 from accord.resolver.api import ConflictError, resolve
+from accord.resolver.commandline.flagparse import parse_flags
 from accord.resolver.errors import AccordError
 from accord.resolver.facts.machine import load_facts
-from accord.resolver.commandline.flagparse import parse_flags
 from tests.differential.diffusion_gen import localize, materialize
 
 ORACLE_RUN = Path(os.environ.get("ACCORD_ORACLE", "/work/shared/oracle")) / "run"

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from accord.resolver.api import ConflictError, resolve
+from accord.resolver.commandline.flagparse import parse_flags
 from accord.resolver.errors import AccordError
 from accord.resolver.facts.machine import load_facts
-from accord.resolver.commandline.flagparse import parse_flags
 from tests.differential.gen_llm import accord_argv
 
 # Upstream fields compared one to one with Accord's field of the same name.
