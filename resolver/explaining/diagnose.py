@@ -16,8 +16,10 @@ from typing import Any, Mapping
 
 from accord.resolver.explaining.explain import minimal_flags, minimal_rules
 from accord.resolver.explaining.fixes import Fix, combine, find_fixes, hint_fix
+from accord.resolver.language.expr import UnknownFact
 from accord.resolver.language.ruleset import Rule
 from accord.resolver.solving.nearby import nearby_for, seed_from_all
+from accord.resolver.solving.preference import fix_allowed
 from accord.resolver.solving.solve import Env, Plan
 
 MAX_COMBINATIONS = 64     # combined-fix candidates tried before falling back to fixing in rounds
@@ -50,6 +52,7 @@ def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]
         broken = minimal_rules(plan, remaining, facts, cache=cache)
         flags = minimal_flags(plan, remaining, facts, broken)
         rules = minimal_rules(plan, {k: remaining[k] for k in flags}, facts, broken, cache)
+        flags += _typed_as_default(plan, remaining, facts, flags, rules)
         found.append((flags, rules))
         if not flags:
             break  # the facts alone are contradictory: nothing the user can drop separates more
@@ -67,7 +70,37 @@ def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]
         read_facts = sorted(set().union(*(r.reads_facts for r in rules)) & set(facts))
         fixes = find_fixes(plan, isolated, facts, flags, rules, cache)
         conflicts.append(Conflict(tuple(flags), tuple(r.id for r in rules), tuple(read_facts), tuple(fixes)))
-    return conflicts
+    return _defaults_are_free(conflicts)
+
+
+def _typed_as_default(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], flags: list[str],
+                      rules: list[Rule]) -> list[str]:
+    """Typed flags the conflict's rules read whose typed value is the one they would have unset
+    (`--tp-size 1` where 1 is the default): deleting them changed nothing, so the minimal conflict
+    left them out, but the user did type them, and the report and the fixes must say so."""
+    read = set().union(*(r.constrained_flags for r in rules)) if rules else set()
+    found = []
+    for name in sorted((n for n in user if n in read and n not in flags), key=plan.order.get):
+        rest = {k: v for k, v in user.items() if k != name}
+        try:
+            unset = Env(plan, rest, facts, {}).flag(name)
+        except UnknownFact:
+            continue
+        if unset == user[name]:
+            found.append(name)
+    return found
+
+
+def _defaults_are_free(conflicts: list[Conflict]) -> list[Conflict]:
+    """Conflicts without the ones of defaults alone, when another conflict has a fix.
+
+    Separating conflicts drops the flags of the first ones, so a flag the user typed (`--tp-size
+    6`) falls back to its default (tp 1), and a default that cannot hold (weights that do not fit
+    one GPU) shows up as a conflict the user never made. Every fix of the other conflicts is
+    verified against all the rules, defaults included, so such a fix already answers it."""
+    if not any(c.flags and c.fixes for c in conflicts):
+        return conflicts
+    return [c for c in conflicts if c.flags]
 
 
 def combined_fix(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], conflicts: list,
@@ -97,7 +130,8 @@ def upstream_rewrite(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, An
                      conflicts: list) -> list[tuple[Fix, Any]] | None:
     """For `--relax`: every conflict answered by its rule's own `fix:` hint (upstream's rewrite),
     verified with those values counted as upstream's rather than typed (None when a conflict has
-    no hint, a hint needs a placeholder, or the rewrites together do not resolve)."""
+    no hint, a hint needs a placeholder, the preference ranking puts another of the conflict's
+    fixes before its hint, or the rewrites together do not resolve)."""
     by_id = plan.ruleset.by_id()
     env = Env(plan, dict(user), facts, {})
     parts = []
@@ -105,6 +139,10 @@ def upstream_rewrite(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, An
         hints = [fix for rid in conflict.rules if (fix := hint_fix(by_id[rid], env, user)) is not None]
         if not hints or hints[0].fill_in or hints[0].size() == 0:
             return None
+        offered = [fix.key() for fix in conflict.fixes]
+        if not fix_allowed(plan, hints[0].changes, hints[0].drops, user) or \
+                (hints[0].key() in offered and offered[0] != hints[0].key()):
+            return None  # the preference ranking puts another fix first (the hint leaves no KV room, say)
         parts.append((hints[0], conflict))
     fix = combine([part for part, _ in parts])
     if fix is None or not plan.satisfiable(fix.apply(user, as_upstream=True), facts):

@@ -9,11 +9,11 @@ from three places:
   neighbour of a size), or dropping the flag;
 - the unset flags the violated rules read: each value of their finite domain.
 
-Ranking, best first: fewest changed flags; then the rule's own hint; then the ones that keep the
-user's intent (no warning the command did not already have, such as weights that no longer fit; no
-typed value changed or dropped); then preference order (other values nearest to the typed one,
-then added flags, then drops). `--relax` applies the best one, and several conflicts get one combined
-fix that is verified as a whole.
+A fix never drops or swaps the served model and never adds a checkpoint fact (its quantization);
+the verified ones are ranked by the one preference ranking of resolver/solving/preference.py (the
+KV-cache floor, fewest changed flags, the rule's own hint, no new warning, typed values kept,
+upstream's fastest backend, the nearest value). `--relax` applies the best one, and several
+conflicts get one combined fix that is verified as a whole.
 """
 
 from __future__ import annotations
@@ -25,9 +25,20 @@ from typing import Any, Mapping
 from accord.resolver.language.expr import UnknownFact
 from accord.resolver.language.ruleset import Rule
 from accord.resolver.solving.nearby import nearby_for
+from accord.resolver.solving.preference import (
+    FixFacts,
+    distance,
+    fix_allowed,
+    fix_key,
+    kv_floor_holds,
+    nearer_sizes,
+    rank,
+    slowness,
+)
 from accord.resolver.solving.solve import Env, Plan, RelaxedValues
 
 MAX_FIXES = 5
+MAX_TRIED = 80   # candidates solved per conflict at most (each is one incremental solve)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,54 +102,53 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
     """The verified fixes of one conflict (its user `flags` and `rules`), best first (`cache`: the
     explanation's `Nearby` objects, see resolver/nearby.py).
 
-    Rank, smaller first: (changed flags, not the rule's own hint, warnings the fix adds, typed
-    values changed or dropped, preference order). A hint is upstream's answer (or the rule
-    author's), so at equal size it comes first and `--relax` reproduces upstream; among the other
-    ways out, those that add no warning (weights that no longer fit, say) and keep every typed
-    value (adding a flag instead) keep the user's intent best.
+    The candidates a fix may not be (one dropping or swapping the served model, or adding a
+    checkpoint fact) are left out, and the rest are ranked by the one preference ranking
+    (resolver/solving/preference.py `fix_key`: KV floor, size, the rule's own hint, no new
+    warning, typed values kept, fastest backend, nearest value, proposal order).
 
-    Only what can reach the first MAX_FIXES places is verified and ranked. The rank's first two
-    parts (size, hint or not) and last two (typed values touched, preference order) need no solve,
-    so the candidates are taken group by group (equal size and hint-ness), each group in
-    (touched, order) order; within a group a fix that adds no warning cannot be passed by a later
-    one, so the group is done once enough verified fixes add none. The result is the same as
-    verifying and ranking every candidate.
+    Only what can reach the first MAX_FIXES places is verified: candidates are tried in the order
+    of the ranking's parts known without solving (size, hint, typed values, speed, nearness,
+    order); once MAX_FIXES verified fixes keep the KV floor and add no warning, no later candidate
+    can pass them. At most MAX_TRIED candidates are solved.
     """
-    seen, groups = set(), {}
-    for order, fix in enumerate(_proposals(plan, user, facts, flags, rules)):
+    env = Env(plan, dict(user), facts, {})
+    seen: set[str] = set()
+    candidates: list[Fix] = []
+    for fix in _proposals(plan, user, facts, flags, rules):
         key = fix.key()
-        if fix.size() == 0 or key in seen:
+        if fix.size() == 0 or key in seen or not fix_allowed(plan, fix.changes, fix.drops, user):
             continue
         seen.add(key)
-        touched = sum(1 for name in fix.flags() if name in user)
-        groups.setdefault((fix.size(), 0 if fix.rule else 1), []).append((touched, order, fix))
+        candidates.append(fix)
+    hinted_flags = {frozenset(f.flags()) for f in candidates if f.rule}
+
+    def static(order: int, fix: Fix) -> FixFacts:
+        return FixFacts(size=fix.size(), hinted=fix.rule is not None or frozenset(fix.flags()) in hinted_flags,
+                        kv_ok=True, added_warnings=0, typed_touched=sum(1 for name in fix.flags() if name in user),
+                        slowness=slowness(plan, fix.changes, env),
+                        distance=sum(distance(v, user.get(n)) for n, v in fix.changes), order=order)
+
+    ordered = sorted(((static(order, fix), fix) for order, fix in enumerate(candidates)),
+                     key=lambda item: fix_key(item[0]))
     nearby = nearby_for(plan, dict(user), facts, cache)  # `Fix.apply` gives plain dicts
     before: set[str] | None = None
-    chosen: list[Fix] = []
-    for key in sorted(groups):
-        room = MAX_FIXES - len(chosen)
-        if room <= 0:
+    scored: list[tuple[FixFacts, Fix]] = []
+    clean = 0
+    for known, fix in ordered[:MAX_TRIED]:
+        solved = nearby.solve(fix.apply(user), fix.flags())
+        if solved is None:
+            continue
+        if before is None:
+            decided = plan.decisions(user, facts)
+            before = set() if decided is None else nearby.command_warnings(user, decided)
+        added = len(nearby.warnings(solved) - before)
+        kv_ok = kv_floor_holds(plan, solved.values, facts, solved.decided)
+        scored.append((dataclasses.replace(known, kv_ok=kv_ok, added_warnings=added), fix))
+        clean += kv_ok and added == 0
+        if clean == MAX_FIXES:
             break
-        members = sorted(groups[key], key=lambda item: item[:2])
-        scored, clean = [], 0
-        for touched, order, fix in members:
-            solved = nearby.solve(fix.apply(user), fix.flags())
-            if solved is None:
-                continue
-            if len(members) == 1:
-                scored.append((0, touched, order, fix))  # alone in its group: nothing to order
-                break
-            if before is None:
-                decided = plan.decisions(user, facts)
-                before = set() if decided is None else nearby.command_warnings(user, decided)
-            added = len(nearby.warnings(solved) - before)
-            scored.append((added, touched, order, fix))
-            clean += added == 0
-            if clean == room:
-                break
-        scored.sort(key=lambda item: item[:3])
-        chosen += [fix for *_, fix in scored[:room]]
-    return chosen
+    return [fix for _, fix in rank(scored, lambda item: item[0])][:MAX_FIXES]
 
 
 def _proposals(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
@@ -147,7 +157,7 @@ def _proposals(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
     env = Env(plan, dict(user), facts, {})
     hints = [fix for rule in rules if (fix := hint_fix(rule, env, user)) is not None]
     values = [Fix(changes=((name, value),)) for name in flags
-              for value in _alternatives(plan, name, user[name])]
+              for value in _alternatives(plan, name, user[name], facts)]
     added = []
     for rule in rules:
         for name in sorted(rule.constrained_flags, key=plan.order.get):
@@ -159,6 +169,13 @@ def _proposals(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
             except UnknownFact:
                 current = None
             added += [Fix(changes=((name, v),)) for v in _ordered_domain(plan, name) if v != current]
+    for hint in list(hints):
+        # A hint sizes a count (the smallest tp the weights fit): the sizes near it are fixes too
+        # (a larger one may leave the KV cache room the smallest does not).
+        for name, value in hint.changes:
+            if name not in user and plan.catalog[name].type == "int" and isinstance(value, int) \
+                    and not isinstance(value, bool):
+                added += [Fix(changes=((name, v),)) for v in nearer_sizes(plan, value, facts)]
     drops = [Fix(changes=(), drops=(name,)) for name in flags]
     return hints + values + added + drops
 
@@ -188,16 +205,16 @@ def _ordered_domain(plan: Plan, name: str) -> list[Any]:
     return [v for v in preferred if v in domain] + [v for v in domain if v not in preferred]
 
 
-def _alternatives(plan: Plan, name: str, current: Any) -> list[Any]:
+def _alternatives(plan: Plan, name: str, current: Any, facts: Mapping[str, Any]) -> list[Any]:
     """Other values worth pinning for a typed flag, nearest first.
 
     None, and False for a plain switch, are left out: dropping the flag already says that.
     """
     flag = plan.catalog[name]
     if flag.finite_domain is None:
-        if flag.type == "int" and isinstance(current, int) and current > 1:
-            # Sizes are mostly powers of two: the neighbours are the likeliest legal values.
-            return [v for v in (current // 2, current * 2, current // 4) if v >= 1]
+        if flag.type == "int" and isinstance(current, int) and not isinstance(current, bool) and current >= 1:
+            # Sizes are mostly powers of two: the nearest ones are the likeliest legal values.
+            return nearer_sizes(plan, current, facts)
         return []
     plain_switch = flag.type == "bool" and not flag.negated and not flag.value_optional
     return [v for v in _ordered_domain(plan, name)

@@ -1,0 +1,237 @@
+"""The one preference ranking: which legal answer is picked when several are legal.
+
+Legality is the rules' business; this module only orders what is legal, and every place that
+picks one answer asks it: conflict fixes and their order (resolver/explaining/fixes.py), the
+combined fix and `--relax` (resolver/explaining/diagnose.py, resolver/api.py), the configurator's
+one-click fixes (which are the conflict fixes), the order and chosen value of `resolve --dry-run`
+(resolver/exploring/dryrun.py) and matrix rows (resolver/exploring/matrix.py).
+
+What is preferred is data, per system, in `rules/preferences/<system>.yaml` (see rules/README.md):
+- `identity`: flags naming the served model, never dropped or changed by a fix;
+- `checkpoint`: flags restating a fact of the checkpoint (its quantization), never added by a fix;
+- `fastest_first`: per flag, upstream's auto-selection order for the platform and GPU generation;
+- `kv_floor`: an expression that holds when the KV-cache pool left on each rank is large enough;
+- `nearer`: which integer sizes a fix tries for a typed size, nearest first.
+The ranking of fixes itself (`fix_key`) is the order those preferences are applied in; it is
+documented there, once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import weakref
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from accord.resolver.errors import UsageError
+from accord.resolver.language.catalog import RULES_DIR
+from accord.resolver.language.expr import Expr, ExpressionError, UnknownFact, constant, parse
+from accord.resolver.language.yamlcache import read_yaml_files
+from accord.resolver.solving.solve import Env, Plan
+
+PREFERENCES_DIR = RULES_DIR / "preferences"
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeedOrder:
+    """One flag's fastest-first order: (condition, values) cases, and the values always last."""
+
+    cases: tuple[tuple[Expr | None, tuple[Any, ...]], ...]
+    slowest: tuple[Any, ...]
+
+    def order(self, env: Env) -> tuple[Any, ...]:
+        for when, values in self.cases:
+            try:
+                if when is None or when(env):
+                    return values
+            except UnknownFact:
+                continue
+        return ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Preferences:
+    identity: frozenset[str] = frozenset()
+    checkpoint: frozenset[str] = frozenset()
+    speed: Mapping[str, SpeedOrder] = dataclasses.field(default_factory=dict)
+    kv_floor: Expr | None = None
+    powers_of_two_beyond: int = 2
+    powers_of_two_up_to: tuple[str, ...] = ()
+
+
+_LOADED: "weakref.WeakKeyDictionary[Plan, Preferences]" = weakref.WeakKeyDictionary()
+
+
+def preferences_for(plan: Plan) -> Preferences:
+    """The preferences of a plan's system (empty when the system has no preferences file)."""
+    found = _LOADED.get(plan)
+    if found is None:
+        found = _LOADED[plan] = _load(plan)
+    return found
+
+
+def _load(plan: Plan) -> Preferences:
+    path = PREFERENCES_DIR / f"{plan.catalog.system}.yaml"
+    if not path.exists():
+        return Preferences()
+    (data,), = read_yaml_files([path])
+    data = data or {}
+    where = f"rules/preferences/{path.name}"
+    names: dict[str, Expr] = {d.id: d.expr for d in plan.ruleset.derived}
+    names.update({s.id: constant(s.id, s.values) for s in plan.ruleset.sets})
+    meta = plan.catalog.choice_metadata()
+
+    def expr(text: Any, what: str) -> Expr:
+        try:
+            return parse(text, names, meta)
+        except ExpressionError as err:
+            raise UsageError(f"{where}: {what}: {err}") from None
+
+    def flags(section: str) -> frozenset[str]:
+        listed = (data.get(section) or {}).get("flags") or []
+        unknown = sorted(set(listed) - set(plan.catalog.flags))
+        if unknown:
+            raise UsageError(f"{where}: {section} names unknown flags {unknown}; use catalog flag names.")
+        return frozenset(listed)
+
+    speed: dict[str, SpeedOrder] = {}
+    raw_speed = data.get("fastest_first") or {}
+    for name, entry in raw_speed.items():
+        if name not in plan.catalog.flags:
+            raise UsageError(f"{where}: fastest_first names unknown flag {name!r}.")
+        source = raw_speed.get(entry["same_as"]) if "same_as" in entry else entry
+        if not source or "cases" not in source:
+            raise UsageError(f"{where}: fastest_first.{name} needs 'cases' (or 'same_as' a flag that has them).")
+        cases = tuple((expr(case["when"], f"fastest_first.{name}") if "when" in case else None,
+                       tuple(case["order"])) for case in source["cases"])
+        speed[name] = SpeedOrder(cases, tuple(source.get("slowest") or ()))
+
+    floor = data.get("kv_floor")
+    kv_floor = None
+    if floor:
+        for term in floor.get("terms") or []:
+            names[term["id"]] = _named(term["id"], expr(term["value"], f"kv_floor term {term['id']}"))
+        kv_floor = expr(floor["holds"], "kv_floor.holds")
+    nearer = data.get("nearer") or {}
+    return Preferences(flags("identity"), flags("checkpoint"), speed, kv_floor,
+                       int(nearer.get("powers_of_two_beyond", 2)), tuple(nearer.get("powers_of_two_up_to") or ()))
+
+
+def _named(name: str, body: Expr) -> Expr:
+    """A term read by name from later expressions: it inherits what its body reads."""
+    return Expr(name, body.flags, body.facts, body._fn, body.set_checks, body.names)
+
+
+# -- values -------------------------------------------------------------------------------------
+
+def speed_rank(plan: Plan, name: str, value: Any, env: Env) -> int:
+    """A value's place in its flag's fastest-first order here (0 fastest); values the data does
+    not list come after the listed ones, the `slowest` ones after everything. 0 for a flag
+    without an order (no value is faster than another)."""
+    order = preferences_for(plan).speed.get(name)
+    if order is None:
+        return 0
+    listed = order.order(env)
+    if value in listed:
+        return listed.index(value)
+    if value in order.slowest:
+        return len(listed) + 1 + order.slowest.index(value)
+    return len(listed)
+
+
+def order_values(plan: Plan, name: str, values: Iterable[Any], env: Env) -> list[Any]:
+    """Values of one flag, most preferred first: fastest first by the data (stable otherwise)."""
+    values = list(values)
+    if name not in preferences_for(plan).speed:
+        return values
+    return sorted(values, key=lambda v: speed_rank(plan, name, v, env))
+
+
+def nearer_sizes(plan: Plan, current: int, facts: Mapping[str, Any] = {}) -> list[int]:
+    """Integer sizes to try instead of a typed `current`, nearest (by ratio) first, larger first
+    on a tie: its half, its double and the powers of two up to `powers_of_two_beyond` x current
+    or up to the `powers_of_two_up_to` facts."""
+    prefs = preferences_for(plan)
+    bounds = [facts.get(key) for key in prefs.powers_of_two_up_to]
+    top = max(2, current * prefs.powers_of_two_beyond,
+              *(b for b in bounds if isinstance(b, int) and not isinstance(b, bool)))
+    found = {v for v in (current // 2, current * 2, current // 4) if v >= 1}
+    found |= {1 << i for i in range(top.bit_length()) if (1 << i) <= top}
+    found.discard(current)
+    return sorted(found, key=lambda v: (abs(math.log(v / current)), -v))
+
+
+def distance(value: Any, current: Any) -> float:
+    """How far a value is from the one it replaces: the log ratio of sizes, else 0."""
+    if isinstance(value, int) and isinstance(current, int) and not isinstance(value, bool) \
+            and not isinstance(current, bool) and value > 0 and current > 0:
+        return abs(math.log(value / current))
+    return 0.0
+
+
+# -- fixes --------------------------------------------------------------------------------------
+
+def fix_allowed(plan: Plan, changes: Sequence[tuple[str, Any]], drops: Sequence[str],
+                user: Mapping[str, Any]) -> bool:
+    """Whether a fix may be offered at all: it keeps the served model (no identity flag the user
+    typed is dropped or changed) and adds no checkpoint fact the user did not type."""
+    prefs = preferences_for(plan)
+    for name in drops:
+        if name in prefs.identity:
+            return False
+    for name, _ in changes:
+        if name in prefs.identity and name in user:
+            return False
+        if name in prefs.checkpoint and name not in user:
+            return False
+    return True
+
+
+def kv_floor_holds(plan: Plan, values: Mapping[str, Any], facts: Mapping[str, Any],
+                   decided: Mapping[str, Any] | None) -> bool:
+    """Whether the KV pool left on each rank meets the floor (True when it cannot be told)."""
+    floor = preferences_for(plan).kv_floor
+    if floor is None:
+        return True
+    try:
+        return bool(floor(Env(plan, values, facts, decided or {})))
+    except (UnknownFact, TypeError, ZeroDivisionError):
+        return True
+
+
+@dataclasses.dataclass(frozen=True)
+class FixFacts:
+    """What the ranking needs to know of one verified fix."""
+
+    size: int                 # changed + dropped flags
+    hinted: bool              # the rule's own `fix:` hint, or the same flags it changes
+    kv_ok: bool               # the KV-cache floor holds after it
+    added_warnings: int       # warnings the fix adds to the command's own
+    typed_touched: int        # typed values it changes or drops
+    slowness: int             # summed fastest-first places of the backends it sets
+    distance: float           # how far its new sizes are from the typed ones
+    order: int                # place among the candidates as proposed
+
+
+def fix_key(f: FixFacts) -> tuple:
+    """The ranking of verified fixes, best first:
+    1. the KV-cache floor holds (a fix that leaves no KV pool does not serve);
+    2. fewest changed flags;
+    3. the rule's own `fix:` hint, or another value of the flags it names;
+    4. adds no warning the command did not have;
+    5. keeps typed values (adding a flag beats changing or dropping a typed one);
+    6. fastest backend by upstream's auto-selection order;
+    7. nearest value to the typed one;
+    8. the order the candidates were proposed in (hints, other values, added flags, drops).
+    """
+    return (not f.kv_ok, f.size, not f.hinted, f.added_warnings, f.typed_touched, f.slowness,
+            round(f.distance, 6), f.order)
+
+
+def slowness(plan: Plan, changes: Sequence[tuple[str, Any]], env: Env) -> int:
+    return sum(speed_rank(plan, name, value, env) for name, value in changes)
+
+
+def rank(items: Iterable[Any], facts_of: Callable[[Any], FixFacts]) -> list[Any]:
+    """Items best first by `fix_key` of their facts."""
+    return sorted(items, key=lambda item: fix_key(facts_of(item)))
