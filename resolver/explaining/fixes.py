@@ -32,12 +32,14 @@ from accord.resolver.solving.preference import (
     fix_key,
     kv_floor_holds,
     nearer_sizes,
+    pick,
     rank,
     slowness,
 )
 from accord.resolver.solving.solve import Env, Plan, RelaxedValues
 
 MAX_FIXES = 5
+PER_FLAG = 2     # fixes offered that only set one size flag to another value
 MAX_TRIED = 80   # candidates solved per conflict at most (each is one incremental solve)
 
 
@@ -124,7 +126,8 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
     hinted_flags = {frozenset(f.flags()) for f in candidates if f.rule}
 
     def static(order: int, fix: Fix) -> FixFacts:
-        return FixFacts(size=fix.size(), hinted=fix.rule is not None or frozenset(fix.flags()) in hinted_flags,
+        hinted = 0 if fix.rule is not None else 1 if fix.changes and frozenset(fix.flags()) in hinted_flags else 2
+        return FixFacts(size=fix.size(), hinted=hinted,
                         kv_ok=True, added_warnings=0, typed_touched=sum(1 for name in fix.flags() if name in user),
                         slowness=slowness(plan, fix.changes, env),
                         distance=sum(distance(v, user.get(n)) for n, v in fix.changes), order=order)
@@ -134,7 +137,7 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
     nearby = nearby_for(plan, dict(user), facts, cache)  # `Fix.apply` gives plain dicts
     before: set[str] | None = None
     scored: list[tuple[FixFacts, Fix]] = []
-    clean = 0
+    clean, sizes = 0, {}
     for known, fix in ordered[:MAX_TRIED]:
         solved = nearby.solve(fix.apply(user), fix.flags())
         if solved is None:
@@ -144,11 +147,33 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
             before = set() if decided is None else nearby.command_warnings(user, decided)
         added = len(nearby.warnings(solved) - before)
         kv_ok = kv_floor_holds(plan, solved.values, facts, solved.decided)
-        scored.append((dataclasses.replace(known, kv_ok=kv_ok, added_warnings=added), fix))
-        clean += kv_ok and added == 0
+        # A dropped backend is as fast as what the solver then picks for it.
+        after = Env(plan, solved.values, facts, solved.decided)
+        speed = slowness(plan, [(name, _value(after, name)) for name in sorted(fix.flags())], env)
+        scored.append((dataclasses.replace(known, kv_ok=kv_ok, added_warnings=added, slowness=speed), fix))
+        if kv_ok and added == 0:
+            # counted as `pick` would take it: a third size of one flag waits behind other ways out
+            flag = _size_flag(plan, fix)
+            sizes[flag] = sizes.get(flag, 0) + 1
+            clean += flag is None or sizes[flag] <= PER_FLAG
         if clean == MAX_FIXES:
             break
-    return [fix for _, fix in rank(scored, lambda item: item[0])][:MAX_FIXES]
+    ranked = [fix for _, fix in rank(scored, lambda item: item[0])]
+    return pick(ranked, lambda fix: _size_flag(plan, fix), MAX_FIXES, PER_FLAG)
+
+
+def _value(env: Env, name: str) -> Any:
+    try:
+        return env.flag(name)
+    except UnknownFact:
+        return None
+
+
+def _size_flag(plan: Plan, fix: Fix) -> str | None:
+    """The flag a fix sets to another size, when that is all it does (else None)."""
+    if len(fix.changes) == 1 and not fix.drops and plan.catalog[fix.changes[0][0]].type == "int":
+        return fix.changes[0][0]
+    return None
 
 
 def _proposals(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],

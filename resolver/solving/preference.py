@@ -63,14 +63,27 @@ _LOADED: "weakref.WeakKeyDictionary[Plan, Preferences]" = weakref.WeakKeyDiction
 
 
 def preferences_for(plan: Plan) -> Preferences:
-    """The preferences of a plan's system (empty when the system has no preferences file)."""
+    """The preferences of a plan's system (empty when the system has no preferences file).
+
+    Entries naming flags, derived values or facts the plan does not have are left out, so a small
+    test catalog of the same system gets the preferences that apply to it; `check_preferences`
+    (run by the tests on the real rules) refuses them instead."""
     found = _LOADED.get(plan)
     if found is None:
-        found = _LOADED[plan] = _load(plan)
+        found = _LOADED[plan] = _load(plan, strict=False)
     return found
 
 
-def _load(plan: Plan) -> Preferences:
+def check_preferences(plan: Plan) -> Preferences:
+    """The preferences of a plan's system, raising UsageError on any entry that does not apply."""
+    return _load(plan, strict=True)
+
+
+class _Skip(Exception):
+    """An entry that does not apply to this plan (lenient loading leaves it out)."""
+
+
+def _load(plan: Plan, strict: bool) -> Preferences:
     path = PREFERENCES_DIR / f"{plan.catalog.system}.yaml"
     if not path.exists():
         return Preferences()
@@ -81,37 +94,50 @@ def _load(plan: Plan) -> Preferences:
     names.update({s.id: constant(s.id, s.values) for s in plan.ruleset.sets})
     meta = plan.catalog.choice_metadata()
 
+    def problem(message: str) -> Exception:
+        return UsageError(f"{where}: {message}") if strict else _Skip()
+
     def expr(text: Any, what: str) -> Expr:
         try:
-            return parse(text, names, meta)
+            parsed = parse(text, names, meta)
         except ExpressionError as err:
-            raise UsageError(f"{where}: {what}: {err}") from None
+            raise problem(f"{what}: {err}") from None
+        unknown = sorted(parsed.flags - set(plan.catalog.flags))
+        if unknown:
+            raise problem(f"{what} reads unknown flags {unknown}.")
+        return parsed
 
     def flags(section: str) -> frozenset[str]:
         listed = (data.get(section) or {}).get("flags") or []
         unknown = sorted(set(listed) - set(plan.catalog.flags))
-        if unknown:
+        if unknown and strict:
             raise UsageError(f"{where}: {section} names unknown flags {unknown}; use catalog flag names.")
-        return frozenset(listed)
+        return frozenset(listed) & frozenset(plan.catalog.flags)
 
     speed: dict[str, SpeedOrder] = {}
     raw_speed = data.get("fastest_first") or {}
     for name, entry in raw_speed.items():
-        if name not in plan.catalog.flags:
-            raise UsageError(f"{where}: fastest_first names unknown flag {name!r}.")
-        source = raw_speed.get(entry["same_as"]) if "same_as" in entry else entry
-        if not source or "cases" not in source:
-            raise UsageError(f"{where}: fastest_first.{name} needs 'cases' (or 'same_as' a flag that has them).")
-        cases = tuple((expr(case["when"], f"fastest_first.{name}") if "when" in case else None,
-                       tuple(case["order"])) for case in source["cases"])
-        speed[name] = SpeedOrder(cases, tuple(source.get("slowest") or ()))
+        try:
+            if name not in plan.catalog.flags:
+                raise problem(f"fastest_first names unknown flag {name!r}.")
+            source = raw_speed.get(entry["same_as"]) if "same_as" in entry else entry
+            if not source or "cases" not in source:
+                raise UsageError(f"{where}: fastest_first.{name} needs 'cases' (or 'same_as' a flag that has them).")
+            cases = tuple((expr(case["when"], f"fastest_first.{name}") if "when" in case else None,
+                           tuple(case["order"])) for case in source["cases"])
+            speed[name] = SpeedOrder(cases, tuple(source.get("slowest") or ()))
+        except _Skip:
+            continue
 
     floor = data.get("kv_floor")
     kv_floor = None
     if floor:
-        for term in floor.get("terms") or []:
-            names[term["id"]] = _named(term["id"], expr(term["value"], f"kv_floor term {term['id']}"))
-        kv_floor = expr(floor["holds"], "kv_floor.holds")
+        try:
+            for term in floor.get("terms") or []:
+                names[term["id"]] = _named(term["id"], expr(term["value"], f"kv_floor term {term['id']}"))
+            kv_floor = expr(floor["holds"], "kv_floor.holds")
+        except _Skip:
+            kv_floor = None
     nearer = data.get("nearer") or {}
     return Preferences(flags("identity"), flags("checkpoint"), speed, kv_floor,
                        int(nearer.get("powers_of_two_beyond", 2)), tuple(nearer.get("powers_of_two_up_to") or ()))
@@ -204,7 +230,7 @@ class FixFacts:
     """What the ranking needs to know of one verified fix."""
 
     size: int                 # changed + dropped flags
-    hinted: bool              # the rule's own `fix:` hint, or the same flags it changes
+    hinted: int               # 0 the rule's own `fix:` hint, 1 other values of the flags it sets, 2 neither
     kv_ok: bool               # the KV-cache floor holds after it
     added_warnings: int       # warnings the fix adds to the command's own
     typed_touched: int        # typed values it changes or drops
@@ -217,15 +243,32 @@ def fix_key(f: FixFacts) -> tuple:
     """The ranking of verified fixes, best first:
     1. the KV-cache floor holds (a fix that leaves no KV pool does not serve);
     2. fewest changed flags;
-    3. the rule's own `fix:` hint, or another value of the flags it names;
+    3. the rule's own `fix:` hint, then other values of the flags it sets;
     4. adds no warning the command did not have;
     5. keeps typed values (adding a flag beats changing or dropping a typed one);
     6. fastest backend by upstream's auto-selection order;
     7. nearest value to the typed one;
     8. the order the candidates were proposed in (hints, other values, added flags, drops).
     """
-    return (not f.kv_ok, f.size, not f.hinted, f.added_warnings, f.typed_touched, f.slowness,
+    return (not f.kv_ok, f.size, f.hinted, f.added_warnings, f.typed_touched, f.slowness,
             round(f.distance, 6), f.order)
+
+
+def pick(ranked: Sequence[Any], changed_flag: Callable[[Any], str | None], count: int,
+         per_flag: int = 2) -> list[Any]:
+    """The first `count` of `ranked` fixes, at most `per_flag` of them setting the same one size
+    flag to other values (three tp sizes say less than a tp size and another way out); the ones
+    passed over fill what room is left."""
+    chosen, later, seen = [], [], {}
+    for item in ranked:
+        name = changed_flag(item)
+        if name is not None and seen.get(name, 0) >= per_flag:
+            later.append(item)
+            continue
+        if name is not None:
+            seen[name] = seen.get(name, 0) + 1
+        chosen.append(item)
+    return (chosen + later)[:count]
 
 
 def slowness(plan: Plan, changes: Sequence[tuple[str, Any]], env: Env) -> int:
