@@ -147,10 +147,12 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
             before = set() if decided is None else nearby.command_warnings(user, decided)
         added = len(nearby.warnings(solved) - before)
         kv_ok = kv_floor_holds(plan, solved.values, facts, solved.decided)
-        # A dropped backend is as fast as what the solver then picks for it.
         after = Env(plan, solved.values, facts, solved.decided)
-        speed = slowness(plan, [(name, _value(after, name)) for name in sorted(fix.flags())], env)
-        scored.append((dataclasses.replace(known, kv_ok=kv_ok, added_warnings=added, slowness=speed), fix))
+        # A dropped flag is as fast, and as far from the typed value, as what the solver then picks.
+        now = [(name, _value(after, name)) for name in sorted(fix.flags())]
+        scored.append((dataclasses.replace(known, kv_ok=kv_ok, added_warnings=added,
+                                           slowness=slowness(plan, now, env),
+                                           distance=sum(distance(v, user.get(n)) for n, v in now)), fix))
         if kv_ok and added == 0:
             # counted as `pick` would take it: a third size of one flag waits behind other ways out
             flag = _size_flag(plan, fix)
