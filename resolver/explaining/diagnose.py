@@ -70,7 +70,7 @@ def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]
         read_facts = sorted(set().union(*(r.reads_facts for r in rules)) & set(facts))
         fixes = find_fixes(plan, isolated, facts, flags, rules, cache)
         conflicts.append(Conflict(tuple(flags), tuple(r.id for r in rules), tuple(read_facts), tuple(fixes)))
-    return _defaults_are_free(conflicts)
+    return _one_fix_for_all(plan, user, facts, _defaults_are_free(conflicts))
 
 
 def _typed_as_default(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], flags: list[str],
@@ -89,6 +89,27 @@ def _typed_as_default(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, A
         if unset == user[name]:
             found.append(name)
     return found
+
+
+def _one_fix_for_all(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
+                     conflicts: list[Conflict]) -> list[Conflict]:
+    """One conflict instead of several when one of its fixes resolves the whole launch.
+
+    Separating conflicts drops the flags of each from the others, so a typed value the first one
+    holds (`--nnodes 2`) is missing from the second, which then reads the default back (`nnodes =
+    1 (unset)`) and blames the launch for it. When a fix of one conflict resolves the launch as
+    typed, the others were made by that separation: the report keeps that conflict alone, with its
+    fixes that resolve the whole launch."""
+    if len(conflicts) < 2:
+        return conflicts
+    by_id = plan.ruleset.by_id()
+    for conflict in conflicts:
+        # Its fixes again, judged with every typed value in place (the separated ones lacked some).
+        fixes = find_fixes(plan, user, facts, list(conflict.flags), [by_id[r] for r in conflict.rules])
+        whole = tuple(fix for fix in fixes if plan.satisfiable(fix.apply(user), facts))
+        if whole:
+            return [dataclasses.replace(conflict, fixes=whole)]
+    return conflicts
 
 
 def _defaults_are_free(conflicts: list[Conflict]) -> list[Conflict]:

@@ -245,12 +245,13 @@ def fix_key(f: FixFacts) -> tuple:
     2. fewest changed flags;
     3. the rule's own `fix:` hint, then other values of the flags it sets;
     4. adds no warning the command did not have;
-    5. keeps typed values (adding a flag beats changing or dropping a typed one);
-    6. fastest backend by upstream's auto-selection order;
+    5. fastest backends by upstream's auto-selection order (a dropped backend counts as the one
+       the solver then picks);
+    6. keeps typed values (adding a flag beats changing or dropping a typed one);
     7. nearest value to the typed one;
     8. the order the candidates were proposed in (hints, other values, added flags, drops).
     """
-    return (not f.kv_ok, f.size, f.hinted, f.added_warnings, f.typed_touched, f.slowness,
+    return (not f.kv_ok, f.size, f.hinted, f.added_warnings, f.slowness, f.typed_touched,
             round(f.distance, 6), f.order)
 
 
