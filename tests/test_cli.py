@@ -262,13 +262,16 @@ LLAMA_70B = {   # meta-llama/Llama-3.1-70B-Instruct config.json, the fields the 
 
 def test_a_70b_model_on_one_h100_is_fixed_by_tensor_parallelism_first(capsys, tmp_path):
     # About 140 GB of bf16 weights cannot load on one 80 GB GPU (upstream: "Not enough memory" at
-    # load); splitting them over 2 GPUs keeps the model's precision, so it ranks before quantizing.
+    # load); splitting them keeps the model's precision (a fix never quantizes a checkpoint the user
+    # did not), and over 2 GPUs the weights fit but leave about 1.3 GiB for the KV cache, below one
+    # 131072-token request: tp 4 is the first fix that serves (rules/preferences/llm.yaml kv_floor).
     model = tmp_path / "Llama-3.1-70B-Instruct"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(LLAMA_70B))
     data = _conflict_json(capsys, "--facts", "h100", "--model-path", str(model))
     best = _all_fixes(data)[0]
-    assert [(c["flag"], c["to"]) for c in best["changes"]] == [("tp_size", 2)]
+    assert [(c["flag"], c["to"]) for c in best["changes"]] == [("tp_size", 4)]
+    assert all(c["flag"] != "quantization" for f in _all_fixes(data) for c in f["changes"])
     assert run(capsys, "resolve", "--facts", "h100", *best["command"])[0] == 0
     assert all(c["to"] != "unquant" for f in _all_fixes(data) for c in f["changes"])  # no smaller
 
