@@ -28,7 +28,7 @@ import functools
 import weakref
 from typing import Any, Iterable, Mapping
 
-from accord.resolver.api import plan_for, resolve
+from accord.resolver.api import ConflictError, plan_for, resolve
 from accord.resolver.errors import UsageError
 from accord.resolver.explaining.explain import DerivedReading, derived_readings, mentioned_values
 from accord.resolver.explaining.layout import terminal_width, wrap_hanging
@@ -37,6 +37,7 @@ from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.language.catalog import RULES_DIR
 from accord.resolver.language.yamlcache import read_yaml_files
 from accord.resolver.solving.pinning import Pinning
+from accord.resolver.solving.preference import kv_floor_holds, order_values, speed_rank
 from accord.resolver.solving.solve import Env, Plan
 
 
@@ -191,11 +192,49 @@ def selected_flags(plan: Plan, only: list[str] | None, facts: Mapping[str, Any] 
 
 def dry_run(system: str, user: Mapping[str, Any], facts: Mapping[str, Any],
             only: list[str] | None = None) -> tuple[ResolvedConfig, list[Choice]]:
-    """The resolved config (raises ConflictError if the command itself is illegal) and each choice."""
+    """The resolved config (raises ConflictError if the command itself is illegal) and each choice.
+
+    Defaults are free: when the command is illegal only because a flag the user did not type keeps
+    its default (tp 1 for a model whose weights need more GPUs), and that flag is asked about, its
+    legal values are listed and the preferred one (resolver/solving/preference.py) is shown as
+    chosen, with the rest of the command resolved around it."""
     plan = plan_for(system)
     names = selected_flags(plan, only, facts)
-    config = resolve(system, user, facts)
+    try:
+        config = resolve(system, user, facts)
+    except ConflictError as err:
+        freed = _free_default(plan, names, user, facts)
+        if freed is None:
+            raise err from None
+        name, value, config = freed
+        choices = judge(plan, names, {**user, name: value}, facts, config)
+        rule = ", ".join(err.conflicts[0].rules) if err.conflicts else "a rule"
+        source = f"preferred; the default {describe_value(plan.catalog[name].default)} breaks {rule}"
+        return config, [dataclasses.replace(c, source=source) if c.flag == name else c for c in choices]
     return config, judge(plan, names, user, facts, config)
+
+
+def _free_default(plan: Plan, names: list[str], user: Mapping[str, Any],
+                  facts: Mapping[str, Any]) -> tuple[str, Any, ResolvedConfig] | None:
+    """(flag, its preferred legal value, the config with it pinned) for the first asked-about flag
+    the user did not type that makes an illegal command legal, else None. Preferred: the KV-cache
+    floor holds, then upstream's fastest-first order, then the candidates' own order."""
+    for name in names:
+        if name in user:
+            continue
+        legal = []
+        for order, value in enumerate(values_of(plan, name, [facts])):
+            pinned = {**user, name: value}
+            decided = plan.decisions(pinned, facts)
+            if decided is None:
+                continue
+            env = Env(plan, pinned, facts, decided)
+            legal.append(((not kv_floor_holds(plan, pinned, facts, decided),
+                           speed_rank(plan, name, value, env), order), value))
+        if legal:
+            value = min(legal, key=lambda item: item[0])[1]
+            return name, value, resolve(plan.catalog.system, {**user, name: value}, facts)
+    return None
 
 
 def judge(plan: Plan, names: list[str], user: Mapping[str, Any], facts: Mapping[str, Any],
@@ -203,6 +242,7 @@ def judge(plan: Plan, names: list[str], user: Mapping[str, Any], facts: Mapping[
     """Each named flag's verdicts against a configuration `user` and `facts` already resolved to
     (the configurator resolves a launch once and answers both the command and its choices from it)."""
     pinning = Pinning(plan, user, facts, config)
+    env = Env(plan, dict(user), facts, {})
     choices = []
     for name in names:
         legal, excluded, derived = [], [], []
@@ -214,6 +254,7 @@ def judge(plan: Plan, names: list[str], user: Mapping[str, Any], facts: Mapping[
                 excluded.append((value, tuple((r.id, r.reason) for r in rules)))
                 derived.append(_deciding_values(plan, config, {**user, name: value}, facts, rules))
         prov = config.provenance[name]
+        legal = order_values(plan, name, legal, env)  # upstream's fastest first (the preference data)
         choices.append(Choice(name, config.values[name], prov.get("rule") or prov["source"],
                               tuple(legal), tuple(excluded), tuple(derived)))
     return choices

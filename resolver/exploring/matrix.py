@@ -45,6 +45,8 @@ from accord.resolver.exploring.dryrun import CANDIDATE_TYPES, candidate_values, 
 from accord.resolver.language.catalog import SYSTEMS
 from accord.resolver.language.ruleset import Rule
 from accord.resolver.solving.pinning import Pinning
+from accord.resolver.solving.preference import speed_rank
+from accord.resolver.solving.solve import Env
 
 FACTS_AXIS = "facts"
 MODEL_AXIS = "model"
@@ -97,6 +99,7 @@ class Space:
         self.respect_rules = respect_rules
         self.context_axes = [a.name for a in axes if a.name in CONTEXT_AXES]
         self._pinnings: dict[tuple, Pinning] = {}
+        self._freed: dict[tuple, dict[str, Any]] = {}  # per context, the defaults given another value
         self._exclusions: dict[tuple, list[tuple[Rule, ...]] | None] = {}
         self._completable: dict[tuple, bool] = {}
         self.nogoods: list[frozenset] = []          # combinations no legal row can hold
@@ -114,7 +117,28 @@ class Space:
 
     def context_flags(self, row: Mapping[str, Any]) -> dict[str, Any]:
         model = row.get(MODEL_AXIS)
-        return {**self.fixed, MODEL_FLAG: model} if model is not None else dict(self.fixed)
+        flags = {**self.fixed, MODEL_FLAG: model} if model is not None else dict(self.fixed)
+        return {**flags, **self.freed(row, flags)} if self.respect_rules else flags
+
+    def freed(self, row: Mapping[str, Any], flags: Mapping[str, Any]) -> dict[str, Any]:
+        """Defaults are free: flags to add in this context when its fixed flags (and model) are
+        illegal only because of a default nobody typed (tp 1 for a 70B model): the best fix (the
+        preference ranking's first) that only adds flags neither fixed nor an axis. The model is
+        kept, with the smallest change that serves it, instead of being left out of the matrix."""
+        context = tuple(row.get(name) for name in CONTEXT_AXES)
+        if context not in self._freed:
+            self._freed[context] = {}
+            facts = self.facts(row)
+            if not self.plan.satisfiable(flags, facts):
+                from accord.resolver.explaining.diagnose import find_conflicts
+                conflicts = find_conflicts(self.plan, flags, facts)
+                axes = {a.name for a in self.axes}
+                for fix in (conflicts[0].fixes if len(conflicts) == 1 else ()):
+                    added = dict(fix.changes)
+                    if not fix.drops and not fix.fill_in and not (set(added) & (set(flags) | axes)):
+                        self._freed[context] = added
+                        break
+        return self._freed[context]
 
     def facts(self, row: Mapping[str, Any]) -> Mapping[str, Any]:
         """The facts a row (which names its context) is judged and resolved with."""
@@ -328,12 +352,16 @@ def covering_rows(space: Space, t: int, seed: int, max_rows: int | None,
     rows: list[dict[str, Any]] = []
 
     def rank(row: Mapping[str, Any], axis: Axis) -> list[Any]:
+        # Most new coverage first; among equals, the preference ranking's fastest backend
+        # (resolver/solving/preference.py), then the seeded shuffle.
+        env = Env(space.plan, {}, space.facts(row), {}) if space.has_context(row) else None
         scored = []
         for value in axis.values:
             trial = {**row, axis.name: value}
             gain = sum(1 for tp in _tuples_of(trial, t, space.axes, axis.name) if tp in uncovered)
-            scored.append((-gain, rng.random(), value))
-        return [value for *_, value in sorted(scored, key=lambda s: s[:2])]
+            speed = speed_rank(space.plan, axis.name, value, env) if env is not None else 0
+            scored.append((-gain, speed, rng.random(), value))
+        return [value for *_, value in sorted(scored, key=lambda s: s[:3])]
 
     learned = 0
     while uncovered and (max_rows is None or len(rows) < max_rows):
