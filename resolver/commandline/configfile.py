@@ -54,7 +54,31 @@ def _read_json(path: str, text: str) -> list[ConfigEntry]:
         raise UsageError(f"config file {path}, line {err.lineno}: malformed JSON: {err.msg}.") from None
     if not isinstance(data, dict):
         raise UsageError(f"config file {path}, line 1: expected an object of flag: value pairs at the top level.")
+    data = typed_values_of_resolved(data)
     return [ConfigEntry(key, value, _json_key_line(text, key, 1)) for key, value in data.items()]
+
+
+RESOLVED_KEYS = frozenset({"system", "facts", "values", "provenance", "hash"})
+
+
+def typed_values_of_resolved(data: dict) -> dict:
+    """A whole `accord resolve --json` output read as a config file: the values the command set
+    (provenance `user`, the auto choice it typed, what `--relax` changed), so resolving it again
+    re-decides the rest exactly as before and gives the same hash. Taking every value as typed
+    would not: some values upstream derives from others (the per-rank prefill chunk under DP
+    attention) mean something else when typed. Any other mapping is returned as it is."""
+    if not RESOLVED_KEYS <= set(data) or not isinstance(data.get("values"), dict) \
+            or not isinstance(data.get("provenance"), dict):
+        return data
+    typed = {}
+    for name, prov in data["provenance"].items():
+        if not isinstance(prov, dict) or name not in data["values"]:
+            continue
+        if prov.get("source") in ("user", "relax"):
+            typed[name] = data["values"][name]
+        elif "typed" in prov:
+            typed[name] = prov["typed"]
+    return typed
 
 
 def _json_key_line(text: str, key: str, occurrence: int) -> int:
