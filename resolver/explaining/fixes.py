@@ -226,8 +226,11 @@ def hint_fix(rule: Rule, env: Env, user: Mapping[str, Any]) -> Fix | None:
 
 
 def _ordered_domain(plan: Plan, name: str) -> list[Any]:
-    """A finite domain with the solver's preferred values first."""
-    domain = plan.catalog[name].finite_domain or []
+    """A finite domain with the solver's preferred values first, without old spellings of other
+    values (`value_aliases`: a fix to tokenspeed_mla is a fix to cutedsl_mla)."""
+    flag = plan.catalog[name]
+    spellings = {alias for alias, _ in flag.value_aliases}
+    domain = [v for v in flag.finite_domain or [] if v not in spellings]
     preferred = plan.domain(name) if name in plan.prefer_rules else []
     return [v for v in preferred if v in domain] + [v for v in domain if v not in preferred]
 

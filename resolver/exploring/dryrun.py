@@ -120,13 +120,16 @@ def values_of(plan: Plan, name: str, facts: Iterable[Mapping[str, Any]] = ()) ->
 
 
 def _choice_values(plan: Plan, name: str) -> list[Any]:
+    """A choice flag's values, without the old spellings of others (`value_aliases`: typed
+    tokenspeed_mla is cutedsl_mla, so it is judged, listed and put in matrix rows as that)."""
     flag = plan.catalog[name]
+    spellings = {alias for alias, _ in flag.value_aliases}
     ordered = list(plan.domain(name)) if name in plan.prefer_rules else []
     extra = flag.finite_domain if flag.finite_domain is not None else sorted(mentioned_values(plan, name), key=str)
     for value in extra:
         if value not in ordered:
             ordered.append(value)
-    return [v for v in ordered if v is not None]
+    return [v for v in ordered if v is not None and v not in spellings]
 
 
 CANDIDATE_TYPES = ("int", "list")
