@@ -257,3 +257,13 @@ def test_the_first_fix_is_the_operators_on_at_least_90_percent_of_wrong_commands
         assert v.conflicts >= 1, f"{v.id} resolves: not a wrong command"
         assert v.combined_keeps_model and v.combined_resolves, v.id
         assert v.relax_keeps_model and not v.relax_slower, (v.id, v.relax_slower)
+
+
+# -- messages ------------------------------------------------------------------------------------
+
+def test_why_shows_the_branch_that_fired_wrapped_to_the_terminal(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "60")
+    assert main(["why", "attention_backend", "--facts", "b200", "--model-path", DEEPSEEK_V3, "--tp", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "chose trtllm_mla when" in out
+    assert all(len(line) <= 60 for line in out.splitlines() if " " in line.strip())

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 
 from accord.resolver import api
 from accord.resolver.api import ConflictError, resolve
@@ -18,6 +19,7 @@ from accord.resolver.commandline.flagparse import detect_system
 from accord.resolver.commands.resolve import print_conflict, resolve_command
 from accord.resolver.errors import UsageError
 from accord.resolver.explaining.explain import derived_readings
+from accord.resolver.explaining.layout import terminal_width
 from accord.resolver.explaining.report import describe_value
 from accord.resolver.solving.solve import Env
 
@@ -145,5 +147,16 @@ def main(argv: list[str]) -> int:
     lines: list[str] = []
     for target in targets:
         _explain(config, plan, target, 0, set(), lines)
-    print("\n".join(lines))
+    print("\n".join(wrapped(lines, terminal_width())))
     return 0
+
+
+def wrapped(lines: list[str], width: int) -> list[str]:
+    """Each line wrapped to `width`, its continuation indented 4 past the line's own indent (a
+    rule's condition and the branch that fired stay readable on a narrow terminal)."""
+    out = []
+    for line in lines:
+        indent = " " * (len(line) - len(line.lstrip()))
+        out += textwrap.wrap(line.lstrip(), width, initial_indent=indent, subsequent_indent=indent + "    ",
+                             break_long_words=False, break_on_hyphens=False) or [line]
+    return out
