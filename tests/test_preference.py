@@ -267,3 +267,13 @@ def test_why_shows_the_branch_that_fired_wrapped_to_the_terminal(capsys, monkeyp
     out = capsys.readouterr().out
     assert "chose trtllm_mla when" in out
     assert all(len(line) <= 60 for line in out.splitlines() if " " in line.strip())
+
+
+def test_resolve_help_opens_with_examples_and_the_flag_groups(capsys):
+    with pytest.raises(SystemExit):
+        main(["resolve", "--help"])
+    out = capsys.readouterr().out
+    assert out.index("examples:") < out.index("flag groups") < out.index("options:")
+    assert "  accord resolve --facts" in out
+    groups = out[out.index("flag groups"):out.index("options:")]
+    assert "parallel" in groups and "llm flags: parallel" in out

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import textwrap
 
 from accord.resolver.api import ConflictError, resolve
 from accord.resolver.commandline.flagparse import ParsedFlags, parse_flags
@@ -20,7 +21,21 @@ from accord.resolver.facts.model import model_path_warning
 from accord.resolver.frozen import ResolvedConfig, thaw
 
 
+HELP_EXAMPLES = """Resolve a launch command against a machine's facts: print the configuration
+(exit 0), or each conflict with verified fixes (exit 3); bad usage exits 2.
+
+examples:
+  accord resolve --facts h100 --model-path meta-llama/Llama-3.1-8B-Instruct --tp 2
+  accord resolve --facts b200 --tp 8 --attention-backend fa3        (a conflict and its fixes)
+  accord resolve --facts b200 --tp 8 --attention-backend fa3 --relax
+  accord resolve --dry-run --facts h100 --flag attention_backend    (what is legal here)
+  accord resolve --json --facts h100 --config launch.json
+"""
+
+
 def add_options(parser: argparse.ArgumentParser) -> None:
+    if parser.prog.startswith("accord resolve"):
+        _open_help_with_examples(parser)
     add_fact_options(parser)
     parser.add_argument("--json", action="store_true", help="print JSON for tools")
     parser.add_argument("--relax", action="store_true",
@@ -30,6 +45,18 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="list legal, chosen and excluded values of every backend-like flag")
     parser.add_argument("--flag", action="append", default=[], dest="only", metavar="NAME",
                         help="with --dry-run: only these flags (repeatable)")
+
+
+def _open_help_with_examples(parser: argparse.ArgumentParser) -> None:
+    """`accord resolve --help` opens with examples and the list of flag groups, each titled as
+    its section below (search the help for the title to jump there)."""
+    titles = [group.title for group in parser._action_groups if group.title and " flags: " in group.title]
+    listing = textwrap.fill(", ".join(t.split(" flags: ", 1)[1] for t in titles), 96,
+                            initial_indent="  ", subsequent_indent="  ")
+    system = titles[0].split(" flags: ", 1)[0] if titles else "llm"
+    parser.description = (f"{HELP_EXAMPLES}\nflag groups (search for \"{system} flags: GROUP\"; "
+                          f"`accord flags --system {system}` lists every flag):\n{listing}")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
 def resolve_command(argv: list[str], prog: str) -> tuple[argparse.Namespace, ParsedFlags, dict]:
