@@ -110,6 +110,15 @@ def test_70b_tp1_first_fix_leaves_a_real_kv_pool(plan):
     assert all(name != "quantization" for c in conflicts for fix in c.fixes for name in fix.flags())
 
 
+def test_a_typed_size_too_small_for_the_weights_is_what_the_conflict_names(plan):
+    # DeepSeek-V3's FP8 weights (~640 GB) do not fit four B200s: the report names the typed
+    # --tp-size 4, not "the defaults themselves", and never proposes another quantization.
+    facts = _facts("b200", DEEPSEEK_V3)
+    conflicts, first = _first_fix(plan, {"model_path": DEEPSEEK_V3, "tp_size": 4}, facts)
+    assert conflicts[0].flags == ("tp_size",) and dict(first.changes) == {"tp_size": 8}
+    assert all("quantization" not in fix.flags() for c in conflicts for fix in c.fixes)
+
+
 def test_nnodes_2_without_an_address_is_one_conflict_with_a_working_first_fix(plan, capsys):
     argv = ["resolve", "--json", "--facts", "h100", "--model-path", LLAMA_70B, "--tp", "16", "--nnodes", "2"]
     assert main(argv) == 3

@@ -76,11 +76,17 @@ def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]
 def _typed_as_default(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], flags: list[str],
                       rules: list[Rule]) -> list[str]:
     """Typed flags the conflict's rules read whose typed value is the one they would have unset
-    (`--tp-size 1` where 1 is the default): deleting them changed nothing, so the minimal conflict
-    left them out, but the user did type them, and the report and the fixes must say so."""
+    (`--tp-size 1` where 1 is the default), or, when the defaults alone break the rules, every
+    typed flag they read: deleting them changed nothing, so the minimal conflict left them out,
+    but the user did type them, and the report and the fixes must say so."""
     read = set().union(*(r.constrained_flags for r in rules)) if rules else set()
     found = []
     for name in sorted((n for n in user if n in read and n not in flags), key=plan.order.get):
+        if not flags:
+            # Defaults alone break the rules, but the user typed a value they read (`--tp-size 4`
+            # where 8 is needed): the typed value is what the report and the fixes are about.
+            found.append(name)
+            continue
         rest = {k: v for k, v in user.items() if k != name}
         try:
             unset = Env(plan, rest, facts, {}).flag(name)
