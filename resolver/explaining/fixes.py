@@ -107,12 +107,14 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
     The candidates a fix may not be (one dropping or swapping the served model, or adding a
     checkpoint fact) are left out, and the rest are ranked by the one preference ranking
     (resolver/solving/preference.py `fix_key`: KV floor, size, the rule's own hint, no new
-    warning, typed values kept, fastest backend, nearest value, proposal order).
+    warning, fastest backend, typed values kept, nearest value, proposal order).
 
-    Only what can reach the first MAX_FIXES places is verified: candidates are tried in the order
-    of the ranking's parts known without solving (size, hint, typed values, speed, nearness,
-    order); once MAX_FIXES verified fixes keep the KV floor and add no warning, no later candidate
-    can pass them. At most MAX_TRIED candidates are solved.
+    Candidates are verified in the order of the ranking's parts known before solving (size, hint,
+    speed and nearness of the values they set, typed values, order) and the search stops once
+    MAX_FIXES verified fixes keep the KV floor and add no warning (as `pick` counts them): a later
+    candidate ranks after them unless it drops a flag whose solved value is faster or nearer than
+    the one it replaced, which the static order counts as neither. At most MAX_TRIED candidates
+    are solved.
     """
     env = Env(plan, dict(user), facts, {})
     seen: set[str] = set()
