@@ -110,8 +110,11 @@ def _one_fix_for_all(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, An
         return conflicts
     by_id = plan.ruleset.by_id()
     for conflict in conflicts:
+        rules = [by_id[r] for r in conflict.rules]
+        if plan.satisfiable(user, facts, rules):
+            continue  # the launch as typed does not break its rules: the separation made it
         # Its fixes again, judged with every typed value in place (the separated ones lacked some).
-        fixes = find_fixes(plan, user, facts, list(conflict.flags), [by_id[r] for r in conflict.rules])
+        fixes = find_fixes(plan, user, facts, list(conflict.flags), rules)
         whole = tuple(fix for fix in fixes if plan.satisfiable(fix.apply(user), facts))
         if whole:
             return [dataclasses.replace(conflict, fixes=whole)]

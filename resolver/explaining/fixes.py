@@ -27,6 +27,7 @@ from accord.resolver.language.ruleset import Rule
 from accord.resolver.solving.nearby import nearby_for
 from accord.resolver.solving.preference import (
     FixFacts,
+    checkpoint_set,
     distance,
     fix_allowed,
     fix_key,
@@ -130,7 +131,8 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
     def static(order: int, fix: Fix) -> FixFacts:
         hinted = 0 if fix.rule is not None else 1 if fix.changes and frozenset(fix.flags()) in hinted_flags else 2
         return FixFacts(size=fix.size(), hinted=hinted,
-                        kv_ok=True, added_warnings=0, typed_touched=sum(1 for name in fix.flags() if name in user),
+                        kv_ok=True, added_warnings=0, checkpoint_set=checkpoint_set(plan, fix.changes),
+                        typed_touched=sum(1 for name in fix.flags() if name in user),
                         slowness=slowness(plan, fix.changes, env),
                         distance=sum(distance(v, user.get(n)) for n, v in fix.changes), order=order)
 

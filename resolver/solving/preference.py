@@ -233,6 +233,7 @@ class FixFacts:
     hinted: int               # 0 the rule's own `fix:` hint, 1 other values of the flags it sets, 2 neither
     kv_ok: bool               # the KV-cache floor holds after it
     added_warnings: int       # warnings the fix adds to the command's own
+    checkpoint_set: int       # checkpoint flags it sets to a value (rather than leaving to the checkpoint)
     typed_touched: int        # typed values it changes or drops
     slowness: int             # summed fastest-first places of the backends it sets
     distance: float           # how far its new sizes are from the typed ones
@@ -245,13 +246,15 @@ def fix_key(f: FixFacts) -> tuple:
     2. fewest changed flags;
     3. the rule's own `fix:` hint, then other values of the flags it sets;
     4. adds no warning the command did not have;
-    5. fastest backends by upstream's auto-selection order (a dropped backend counts as the one
+    5. leaves the checkpoint's own facts to the checkpoint (dropping a typed --quantization
+       beats changing it to another method the checkpoint does not carry);
+    6. fastest backends by upstream's auto-selection order (a dropped backend counts as the one
        the solver then picks);
-    6. keeps typed values (adding a flag beats changing or dropping a typed one);
-    7. nearest value to the typed one;
-    8. the order the candidates were proposed in (hints, other values, added flags, drops).
+    7. keeps typed values (adding a flag beats changing or dropping a typed one);
+    8. nearest value to the typed one;
+    9. the order the candidates were proposed in (hints, other values, added flags, drops).
     """
-    return (not f.kv_ok, f.size, f.hinted, f.added_warnings, f.slowness, f.typed_touched,
+    return (not f.kv_ok, f.size, f.hinted, f.added_warnings, f.checkpoint_set, f.slowness, f.typed_touched,
             round(f.distance, 6), f.order)
 
 
@@ -270,6 +273,12 @@ def pick(ranked: Sequence[Any], changed_flag: Callable[[Any], str | None], count
             seen[name] = seen.get(name, 0) + 1
         chosen.append(item)
     return (chosen + later)[:count]
+
+
+def checkpoint_set(plan: Plan, changes: Sequence[tuple[str, Any]]) -> int:
+    """How many checkpoint flags the changes set to a value of their own."""
+    checkpoint = preferences_for(plan).checkpoint
+    return sum(1 for name, value in changes if name in checkpoint and value is not None)
 
 
 def slowness(plan: Plan, changes: Sequence[tuple[str, Any]], env: Env) -> int:
