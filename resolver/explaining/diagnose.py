@@ -127,10 +127,13 @@ def _defaults_are_free(conflicts: list[Conflict]) -> list[Conflict]:
     Separating conflicts drops the flags of the first ones, so a flag the user typed (`--tp-size
     6`) falls back to its default (tp 1), and a default that cannot hold (weights that do not fit
     one GPU) shows up as a conflict the user never made. Every fix of the other conflicts is
-    verified against all the rules, defaults included, so such a fix already answers it."""
-    if not any(c.flags and c.fixes for c in conflicts):
-        return conflicts
-    return [c for c in conflicts if c.flags]
+    verified against all the rules, defaults included, so such a fix already answers it; and when
+    there is no fix, a defaults conflict over the rules of a typed one repeats it."""
+    if any(c.flags and c.fixes for c in conflicts):
+        return [c for c in conflicts if c.flags]
+    # No fix anywhere: still, defaults breaking the very rules a typed conflict breaks say nothing new.
+    typed_rules = {rule for c in conflicts if c.flags for rule in c.rules}
+    return [c for c in conflicts if c.flags or not set(c.rules) <= typed_rules]
 
 
 def combined_fix(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], conflicts: list,
