@@ -93,6 +93,16 @@ def test_a_long_reason_or_a_cited_source_line_is_an_error_but_notes_are_free(tmp
     assert not any("x.noted" in p for p in problems)
 
 
+def test_a_reason_about_the_rules_origin_is_an_error(tmp_path):
+    problems = _lint(tmp_path, [
+        {"id": "x.history", "kind": "conflict", "when": "tp_size == 3",
+         "reason": "Three ranks are refused; the seed leaves it open, we reject it."},
+        {"id": "x.plain", "kind": "conflict", "when": "tp_size == 5", "reason": "Five ranks are refused.",
+         "notes": "the seed leaves it open"}])
+    assert any("x.history" in p and "the seed" in p for p in problems)
+    assert not any("x.plain" in p for p in problems)
+
+
 def test_a_file_without_a_prefix_or_an_id_outside_it_is_an_error(tmp_path):
     assert any("toy.yaml: declares no id prefix" in p for p in _lint(tmp_path, prefix=None))
     problems = _lint(tmp_path, prefix=["par.", "attn.", "page.", "mem.", "kv.", "sampling."])

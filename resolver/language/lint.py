@@ -38,6 +38,9 @@ MAX_CONDITIONALS = 1
 MAX_REASON_CHARS = 200
 # A source citation (`L1097`, `args.py`) in a reason: archaeology, which belongs in `notes:`.
 _CITATION = re.compile(r"\bL\d{3,}\b|\b\w+\.py\b")
+# Words about where a rule came from rather than about the user's machine ("the seed says ..."):
+# a user never saw the seed, so they read as noise; the history belongs in `notes:`.
+_ARCHAEOLOGY = re.compile(r"\bthe seed\b|\bseed's\b", re.IGNORECASE)
 
 
 def check_names(catalog: Catalog, ruleset: RuleSet, fact_keys: Iterable[str]) -> list[str]:
@@ -256,6 +259,8 @@ def reason_problem(reason: str) -> str | None:
         return f"a reason of {length} characters (at most {MAX_REASON_CHARS}); move history to `notes:`"
     if _CITATION.search(reason):
         return f"a reason citing source ({_CITATION.search(reason).group()!r}); move it to `notes:` or `ref:`"
+    if _ARCHAEOLOGY.search(reason):
+        return f"a reason about the rule's origin ({_ARCHAEOLOGY.search(reason).group()!r}); move it to `notes:`"
     return None
 
 
