@@ -14,10 +14,20 @@ from accord.resolver.api import plan_for
 from accord.resolver.commandline.flagparse import parse_flags
 from accord.resolver.explaining.diagnose import find_conflicts
 from accord.resolver.explaining.explain import minimal_rules
-from accord.resolver.explaining.fixes import MAX_FIXES, _proposals, find_fixes
+from accord.resolver.explaining.fixes import MAX_FIXES, PER_FLAG, _proposals, _size_flag, find_fixes
 from accord.resolver.facts.machine import load_facts
 from accord.resolver.language.expr import UnknownFact
 from accord.resolver.solving.nearby import Nearby, nearby_for
+from accord.resolver.solving.preference import (
+    FixFacts,
+    checkpoint_set,
+    distance,
+    fix_allowed,
+    fix_key,
+    kv_floor_holds,
+    pick,
+    slowness,
+)
 from accord.resolver.solving.solve import Env
 
 # Conflicting launches of different kinds: a fact-bound backend, a size over the GPUs, a pair of
@@ -102,21 +112,34 @@ def test_lazy_ranking_gives_the_fixes_of_ranking_every_verified_candidate(preset
 
 
 def _every_candidate_ranked(plan, user, facts, flags, rules):
-    """The ranking of rules/README.md ("Fix hints"), done the slow way: verify every candidate
-    with a full solve, then sort by (changes, not a hint, added warnings, typed values touched,
-    preference order)."""
+    """The ranking of rules/README.md ("Preferences"), done the slow way: verify every allowed
+    candidate with a full solve, then sort by the preference ranking's key."""
     before = _warnings_by_full_solve(plan, user, facts)
-    seen, ranked = set(), []
-    for order, fix in enumerate(_proposals(plan, user, facts, flags, rules)):
-        if fix.size() == 0 or fix.key() in seen:
+    env = Env(plan, dict(user), facts, {})
+    candidates, seen = [], set()
+    for fix in _proposals(plan, user, facts, flags, rules):
+        if fix.size() == 0 or fix.key() in seen or not fix_allowed(plan, fix.changes, fix.drops, user):
             continue
         seen.add(fix.key())
+        candidates.append(fix)
+    hinted_flags = {frozenset(f.flags()) for f in candidates if f.rule}
+    ranked = []
+    for order, fix in enumerate(candidates):
         values = fix.apply(user)
-        if plan.satisfiable(values, facts):
-            added = len(_warnings_by_full_solve(plan, values, facts) - before)
-            touched = sum(1 for name in fix.flags() if name in user)
-            ranked.append(((fix.size(), 0 if fix.rule else 1, added, touched, order), fix))
-    return [fix for _, fix in sorted(ranked, key=lambda item: item[0])][:MAX_FIXES]
+        decided = plan.decisions(values, facts)
+        if decided is None:
+            continue
+        after = Env(plan, values, facts, decided)
+        now = [(name, after.flag(name)) for name in sorted(fix.flags())]
+        hinted = 0 if fix.rule else 1 if fix.changes and frozenset(fix.flags()) in hinted_flags else 2
+        facts_of = FixFacts(size=fix.size(), hinted=hinted, kv_ok=kv_floor_holds(plan, values, facts, decided),
+                            added_warnings=len(_warnings_by_full_solve(plan, values, facts) - before),
+                            checkpoint_set=checkpoint_set(plan, fix.changes), slowness=slowness(plan, now, env),
+                            typed_touched=sum(1 for name in fix.flags() if name in user),
+                            distance=sum(distance(v, user.get(n)) for n, v in now), order=order)
+        ranked.append((fix_key(facts_of), fix))
+    ordered = [fix for _, fix in sorted(ranked, key=lambda item: item[0])]
+    return pick(ordered, lambda fix: _size_flag(plan, fix), MAX_FIXES, PER_FLAG)
 
 
 def test_nearby_keeps_its_own_copy_of_the_command():
