@@ -104,7 +104,7 @@ def test_70b_tp1_first_fix_leaves_a_real_kv_pool(plan):
     facts = _facts("h100", LLAMA_70B)
     user = {"model_path": LLAMA_70B, "tp_size": 1}
     conflicts, first = _first_fix(plan, user, facts)
-    assert conflicts[0].flags == ("tp_size",)  # the typed 1 is named, though it is the default
+    assert conflicts[0].typed() == ("tp_size",)  # the typed 1 is named, though it is the default
     fixed = first.apply(user)
     assert kv_floor_holds(plan, fixed, facts, plan.decisions(fixed, facts))
     assert all(name != "quantization" for c in conflicts for fix in c.fixes for name in fix.flags())
@@ -115,7 +115,7 @@ def test_a_typed_size_too_small_for_the_weights_is_what_the_conflict_names(plan)
     # --tp-size 4, not "the defaults themselves", and never proposes another quantization.
     facts = _facts("b200", DEEPSEEK_V3)
     conflicts, first = _first_fix(plan, {"model_path": DEEPSEEK_V3, "tp_size": 4}, facts)
-    assert conflicts[0].flags == ("tp_size",) and dict(first.changes) == {"tp_size": 8}
+    assert conflicts[0].typed() == ("tp_size",) and dict(first.changes) == {"tp_size": 8}
     assert all("quantization" not in fix.flags() for c in conflicts for fix in c.fixes)
 
 

@@ -101,16 +101,16 @@ def build(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], conflic
     catalog, rules = plan.catalog, plan.ruleset.by_id()
     entries = []
     for conflict in conflicts:
-        typed = " ".join(flag_arg(catalog, n, user[n]) for n in conflict.flags)
+        typed = " ".join(flag_arg(catalog, n, user[n]) for n in conflict.typed())
         others = {n for c in conflicts if c is not conflict for n in c.flags}
         isolated = {k: v for k, v in user.items() if k not in others}
         # The proof reads values in the conflict's own launch: without the other conflicts' flags,
         # whose values it does not depend on (a default coming back is what this conflict is about).
         value_of = _value_of(plan, isolated, facts)
         env = Env(plan, isolated, facts, {})
-        chains = drop_chains(plan, isolated, facts, list(conflict.flags), list(conflict.fixes))
+        chains = drop_chains(plan, isolated, facts, list(conflict.typed()), list(conflict.fixes))
         entries.append({
-            "flags": list(conflict.flags), "rules": list(conflict.rules), "facts": list(conflict.facts),
+            "flags": list(conflict.typed()), "rules": list(conflict.rules), "facts": list(conflict.facts),
             "message": conflict_message(catalog, rules, facts, user, conflict),
             "fixes": [fix_text(catalog, f) for f in conflict.fixes],
             "you_set": typed,

@@ -32,6 +32,14 @@ class Conflict:
     rules: tuple[str, ...]            # hard rule ids in the minimal conflict
     facts: tuple[str, ...]            # facts those rules read
     fixes: tuple[Fix, ...]
+    # typed flags the rules read that the minimal conflict leaves out, because unsetting them
+    # changes nothing (`--tp-size 1`, the default) or the defaults alone break the rules
+    # (`--tp-size 4` where the weights need 8): reported and fixed with `flags`
+    named: tuple[str, ...] = ()
+
+    def typed(self) -> tuple[str, ...]:
+        """The user flags the report shows and the fixes change: the minimal ones, then the named."""
+        return self.flags + self.named
 
 
 def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]) -> list[Conflict]:
@@ -52,24 +60,24 @@ def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]
         broken = minimal_rules(plan, remaining, facts, cache=cache)
         flags = minimal_flags(plan, remaining, facts, broken)
         rules = minimal_rules(plan, {k: remaining[k] for k in flags}, facts, broken, cache)
-        flags += _typed_as_default(plan, remaining, facts, flags, rules)
-        found.append((flags, rules))
+        found.append((flags, rules, _typed_as_default(plan, remaining, facts, flags, rules)))
         if not flags:
             break  # the facts alone are contradictory: nothing the user can drop separates more
         for name in flags:
             remaining.pop(name)
         seed_from_all(cache, remaining)
         before = nearby_for(plan, remaining, facts, cache)
-    found.sort(key=lambda item: [plan.order[name] for name in item[0]])
+    found.sort(key=lambda item: [plan.order[name] for name in item[0] + item[2]])
     conflicts = []
-    for flags, rules in found:
+    for flags, rules, named in found:
         # Judge each conflict's fixes without the others, so independent conflicts each get theirs.
-        others = {name for other, _ in found if other is not flags for name in other}
+        others = {name for other, _, _ in found if other is not flags for name in other}
         isolated = {k: v for k, v in user.items() if k not in others}
         seed_from_all(cache, isolated)
         read_facts = sorted(set().union(*(r.reads_facts for r in rules)) & set(facts))
-        fixes = find_fixes(plan, isolated, facts, flags, rules, cache)
-        conflicts.append(Conflict(tuple(flags), tuple(r.id for r in rules), tuple(read_facts), tuple(fixes)))
+        fixes = find_fixes(plan, isolated, facts, flags + named, rules, cache)
+        conflicts.append(Conflict(tuple(flags), tuple(r.id for r in rules), tuple(read_facts), tuple(fixes),
+                                  tuple(named)))
     return _one_fix_for_all(plan, user, facts, _defaults_are_free(conflicts))
 
 
@@ -114,7 +122,7 @@ def _one_fix_for_all(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, An
         if plan.satisfiable(user, facts, rules):
             continue  # the launch as typed does not break its rules: the separation made it
         # Its fixes again, judged with every typed value in place (the separated ones lacked some).
-        fixes = find_fixes(plan, user, facts, list(conflict.flags), rules)
+        fixes = find_fixes(plan, user, facts, list(conflict.typed()), rules)
         whole = tuple(fix for fix in fixes if plan.satisfiable(fix.apply(user), facts))
         if whole:
             return [dataclasses.replace(conflict, fixes=whole)]
@@ -129,11 +137,11 @@ def _defaults_are_free(conflicts: list[Conflict]) -> list[Conflict]:
     one GPU) shows up as a conflict the user never made. Every fix of the other conflicts is
     verified against all the rules, defaults included, so such a fix already answers it; and when
     there is no fix, a defaults conflict over the rules of a typed one repeats it."""
-    if any(c.flags and c.fixes for c in conflicts):
-        return [c for c in conflicts if c.flags]
+    if any(c.typed() and c.fixes for c in conflicts):
+        return [c for c in conflicts if c.typed()]
     # No fix anywhere: still, defaults breaking the very rules a typed conflict breaks say nothing new.
-    typed_rules = {rule for c in conflicts if c.flags for rule in c.rules}
-    return [c for c in conflicts if c.flags or not set(c.rules) <= typed_rules]
+    typed_rules = {rule for c in conflicts if c.typed() for rule in c.rules}
+    return [c for c in conflicts if c.typed() or not set(c.rules) <= typed_rules]
 
 
 def combined_fix(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], conflicts: list,

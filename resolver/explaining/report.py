@@ -50,8 +50,9 @@ def fix_text(catalog: Catalog, fix) -> str:
 def conflict_message(catalog: Catalog, rules_by_id: Mapping[str, Any], facts: Mapping[str, Any],
                      user: Mapping[str, Any], conflict) -> str:
     """One paragraph: what you set, what the machine is, which rules, why."""
-    if conflict.flags:
-        typed = " ".join(flag_arg(catalog, n, user[n]) for n in conflict.flags)
+    shown = conflict.typed()
+    if shown:
+        typed = " ".join(flag_arg(catalog, n, user[n]) for n in shown)
         head = f"You set {typed}"
     else:
         head = "The defaults"
