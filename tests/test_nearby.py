@@ -136,7 +136,7 @@ def _every_candidate_ranked(plan, user, facts, flags, rules):
                             added_warnings=len(_warnings_by_full_solve(plan, values, facts) - before),
                             checkpoint_set=checkpoint_set(plan, fix.changes), slowness=slowness(plan, now, env),
                             typed_touched=sum(1 for name in fix.flags() if name in user),
-                            distance=sum(distance(v, user.get(n)) for n, v in now), order=order)
+                            distance=sum(distance(v, user.get(n), n in fix.drops) for n, v in now), order=order)
         ranked.append((fix_key(facts_of), fix))
     ordered = [fix for _, fix in sorted(ranked, key=lambda item: item[0])]
     return pick(ordered, lambda fix: _size_flag(plan, fix), MAX_FIXES, PER_FLAG)

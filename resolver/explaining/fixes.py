@@ -156,7 +156,8 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
         now = [(name, _value(after, name)) for name in sorted(fix.flags())]
         scored.append((dataclasses.replace(known, kv_ok=kv_ok, added_warnings=added,
                                            slowness=slowness(plan, now, env),
-                                           distance=sum(distance(v, user.get(n)) for n, v in now)), fix))
+                                           distance=sum(distance(v, user.get(n), n in fix.drops)
+                                                        for n, v in now)), fix))
         if kv_ok and added == 0:
             # counted as `pick` would take it: a third size of one flag waits behind other ways out
             flag = _size_flag(plan, fix)

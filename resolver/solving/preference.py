@@ -187,12 +187,17 @@ def nearer_sizes(plan: Plan, current: int, facts: Mapping[str, Any] = {}) -> lis
     return sorted(found, key=lambda v: (abs(math.log(v / current)), -v))
 
 
-def distance(value: Any, current: Any) -> float:
-    """How far a value is from the one it replaces: the log ratio of sizes, else 0."""
+DROP_DISTANCE = 10.0  # a dropped value that is not a size: farther than any other value
+
+
+def distance(value: Any, current: Any, dropped: bool = False) -> float:
+    """How far a value is from the typed one it replaces: the log ratio of sizes; else 0 for a
+    value the fix names and DROP_DISTANCE for what dropping the flag leaves (so another value of
+    the flag, as fast, comes before dropping it)."""
     if isinstance(value, int) and isinstance(current, int) and not isinstance(value, bool) \
             and not isinstance(current, bool) and value > 0 and current > 0:
         return abs(math.log(value / current))
-    return 0.0
+    return DROP_DISTANCE if dropped else 0.0
 
 
 # -- fixes --------------------------------------------------------------------------------------
