@@ -25,6 +25,7 @@ from accord.resolver.solving.preference import (
     fix_allowed,
     fix_key,
     kv_floor_holds,
+    kv_floor_moves,
     pick,
     slowness,
 )
@@ -132,7 +133,7 @@ def _every_candidate_ranked(plan, user, facts, flags, rules):
         after = Env(plan, values, facts, decided)
         now = [(name, after.flag(name)) for name in sorted(fix.flags())]
         hinted = 0 if fix.rule else 1 if fix.changes and frozenset(fix.flags()) in hinted_flags else 2
-        facts_of = FixFacts(size=fix.size(), hinted=hinted, kv_ok=kv_floor_holds(plan, values, facts, decided),
+        facts_of = FixFacts(size=fix.size(), hinted=hinted, kv_ok=not kv_floor_moves(plan, fix.flags()) or kv_floor_holds(plan, values, facts, decided),
                             added_warnings=len(_warnings_by_full_solve(plan, values, facts) - before),
                             checkpoint_set=checkpoint_set(plan, fix.changes), slowness=slowness(plan, now, env),
                             typed_touched=sum(1 for name in fix.flags() if name in user),

@@ -78,7 +78,7 @@ def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]
         fixes = find_fixes(plan, isolated, facts, flags + named, rules, cache)
         conflicts.append(Conflict(tuple(flags), tuple(r.id for r in rules), tuple(read_facts), tuple(fixes),
                                   tuple(named)))
-    return _one_fix_for_all(plan, user, facts, _defaults_are_free(conflicts))
+    return _one_fix_for_all(plan, user, facts, _defaults_are_free(conflicts), cache)
 
 
 def _typed_as_default(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], flags: list[str],
@@ -106,7 +106,7 @@ def _typed_as_default(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, A
 
 
 def _one_fix_for_all(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
-                     conflicts: list[Conflict]) -> list[Conflict]:
+                     conflicts: list[Conflict], cache: dict | None = None) -> list[Conflict]:
     """One conflict instead of several when one of its fixes resolves the whole launch.
 
     Separating conflicts drops the flags of each from the others, so a typed value the first one
@@ -117,13 +117,25 @@ def _one_fix_for_all(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, An
     if len(conflicts) < 2:
         return conflicts
     by_id = plan.ruleset.by_id()
-    for conflict in conflicts:
-        rules = [by_id[r] for r in conflict.rules]
-        if plan.satisfiable(user, facts, rules):
-            continue  # the launch as typed does not break its rules: the separation made it
-        # Its fixes again, judged with every typed value in place (the separated ones lacked some).
-        fixes = find_fixes(plan, user, facts, list(conflict.typed()), rules)
-        whole = tuple(fix for fix in fixes if plan.satisfiable(fix.apply(user), facts))
+    if cache is not None:
+        seed_from_all(cache, user)
+    launch = nearby_for(plan, user, facts, cache)
+
+    def resolves(fix: Fix) -> bool:
+        return launch.solve(fix.apply(user), fix.flags()) is not None
+
+    broken = [c for c in conflicts if launch.rules_unsatisfiable([by_id[r] for r in c.rules])]
+    # (a conflict whose rules the launch as typed does not break was made by the separation)
+    for conflict in broken:
+        whole = tuple(fix for fix in conflict.fixes if resolves(fix))
+        if whole:
+            return [dataclasses.replace(conflict, fixes=whole)]
+    for conflict in broken:
+        if conflict.fixes:
+            continue  # fixes of its own that leave the others standing: an independent conflict
+        # No fix without the other conflicts' values: judged again with every typed value in place.
+        fixes = find_fixes(plan, user, facts, list(conflict.typed()), [by_id[r] for r in conflict.rules], cache)
+        whole = tuple(fix for fix in fixes if resolves(fix))
         if whole:
             return [dataclasses.replace(conflict, fixes=whole)]
     return conflicts

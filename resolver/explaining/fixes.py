@@ -32,6 +32,7 @@ from accord.resolver.solving.preference import (
     fix_allowed,
     fix_key,
     kv_floor_holds,
+    kv_floor_moves,
     nearer_sizes,
     pick,
     rank,
@@ -150,10 +151,12 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
             decided = plan.decisions(user, facts)
             before = set() if decided is None else nearby.command_warnings(user, decided)
         added = len(nearby.warnings(solved) - before)
-        kv_ok = kv_floor_holds(plan, solved.values, facts, solved.decided)
-        after = Env(plan, solved.values, facts, solved.decided)
+        kv_ok = not kv_floor_moves(plan, fix.flags()) or kv_floor_holds(plan, solved.values, facts, solved.decided)
         # A dropped flag is as fast, and as far from the typed value, as what the solver then picks.
-        now = [(name, _value(after, name)) for name in sorted(fix.flags())]
+        now = list(fix.changes)
+        if fix.drops:
+            after = Env(plan, solved.values, facts, solved.decided, plan.shared(solved.values, facts))
+            now += [(name, _value(after, name)) for name in fix.drops]
         scored.append((dataclasses.replace(known, kv_ok=kv_ok, added_warnings=added,
                                            slowness=slowness(plan, now, env),
                                            distance=sum(distance(v, user.get(n), n in fix.drops)

@@ -38,8 +38,29 @@ class SpeedOrder:
 
     cases: tuple[tuple[Expr | None, tuple[Any, ...]], ...]
     slowest: tuple[Any, ...]
+    # the order per value of the facts the cases read, when they read no flag (a fix search asks
+    # for every candidate, always on the same machine)
+    _memo: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def order(self, env: Env) -> tuple[Any, ...]:
+        keys = self._memo.get(None)
+        if keys is None:  # the facts the cases read, worked out once (None: they read flags too)
+            conditions = [when for when, _ in self.cases if when is not None]
+            keys = self._memo[None] = (() if any(when.flags for when in conditions) else
+                                       tuple(sorted(set().union(*(when.facts for when in conditions)))),)
+        if not keys[0] and any(when is not None and when.flags for when, _ in self.cases):
+            return self._order(env)
+        facts = env.facts
+        key = tuple(repr(facts.get(k, KeyError)) for k in keys[0])
+        found = self._memo.get(key)
+        if found is None:
+            if len(self._memo) > 64:
+                self._memo.clear()
+                self._memo[None] = keys
+            found = self._memo[key] = self._order(env)
+        return found
+
+    def _order(self, env: Env) -> tuple[Any, ...]:
         for when, values in self.cases:
             try:
                 if when is None or when(env):
@@ -57,6 +78,8 @@ class Preferences:
     kv_floor: Expr | None = None
     powers_of_two_beyond: int = 2
     powers_of_two_up_to: tuple[str, ...] = ()
+    kv_floor_needs: tuple[str, ...] = ()   # facts without which the KV floor cannot be told
+    kv_floor_sized_by: frozenset[str] = frozenset()   # flags whose change can move the pool
 
 
 _LOADED: "weakref.WeakKeyDictionary[Plan, Preferences]" = weakref.WeakKeyDictionary()
@@ -140,7 +163,9 @@ def _load(plan: Plan, strict: bool) -> Preferences:
             kv_floor = None
     nearer = data.get("nearer") or {}
     return Preferences(flags("identity"), flags("checkpoint"), speed, kv_floor,
-                       int(nearer.get("powers_of_two_beyond", 2)), tuple(nearer.get("powers_of_two_up_to") or ()))
+                       int(nearer.get("powers_of_two_beyond", 2)), tuple(nearer.get("powers_of_two_up_to") or ()),
+                       tuple((floor or {}).get("needs") or ()),
+                       frozenset((floor or {}).get("sized_by") or ()) & frozenset(plan.catalog.flags))
 
 
 def _named(name: str, body: Expr) -> Expr:
@@ -218,12 +243,19 @@ def fix_allowed(plan: Plan, changes: Sequence[tuple[str, Any]], drops: Sequence[
     return True
 
 
+def kv_floor_moves(plan: Plan, changed: Iterable[str]) -> bool:
+    """Whether changing these flags can move the KV pool (`kv_floor.sized_by`): a fix that
+    changes none of them leaves the pool as the command had it, and is not judged by the floor."""
+    return not preferences_for(plan).kv_floor_sized_by.isdisjoint(changed)
+
+
 def kv_floor_holds(plan: Plan, values: Mapping[str, Any], facts: Mapping[str, Any],
                    decided: Mapping[str, Any] | None) -> bool:
     """Whether the KV pool left on each rank meets the floor (True when it cannot be told)."""
-    floor = preferences_for(plan).kv_floor
-    if floor is None:
-        return True
+    prefs = preferences_for(plan)
+    floor = prefs.kv_floor
+    if floor is None or not all(key in facts and facts[key] is not None for key in prefs.kv_floor_needs):
+        return True  # no model facts to size the pool with (asked of every fix: answered at once)
     try:
         return bool(floor(Env(plan, values, facts, decided or {})))
     except (UnknownFact, TypeError, ZeroDivisionError):
@@ -287,7 +319,9 @@ def checkpoint_set(plan: Plan, changes: Sequence[tuple[str, Any]]) -> int:
 
 
 def slowness(plan: Plan, changes: Sequence[tuple[str, Any]], env: Env) -> int:
-    return sum(speed_rank(plan, name, value, env) for name, value in changes)
+    """The summed fastest-first places of the values set (0 for flags without an order)."""
+    speed = preferences_for(plan).speed
+    return sum(speed_rank(plan, name, value, env) for name, value in changes if name in speed)
 
 
 def rank(items: Iterable[Any], facts_of: Callable[[Any], FixFacts]) -> list[Any]:
