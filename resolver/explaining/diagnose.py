@@ -75,6 +75,7 @@ def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]
         isolated = {k: v for k, v in user.items() if k not in others}
         seed_from_all(cache, isolated)
         read_facts = sorted(set().union(*(r.reads_facts for r in rules)) & set(facts))
+        named = [name for name in named if name in isolated]  # another conflict's flag is that one's
         fixes = find_fixes(plan, isolated, facts, flags + named, rules, cache)
         conflicts.append(Conflict(tuple(flags), tuple(r.id for r in rules), tuple(read_facts), tuple(fixes),
                                   tuple(named)))
