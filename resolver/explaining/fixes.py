@@ -210,7 +210,7 @@ def _proposals(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
         for name, value in hint.changes:
             if name not in user and plan.catalog[name].type == "int" and isinstance(value, int) \
                     and not isinstance(value, bool):
-                added += [Fix(changes=((name, v),)) for v in nearer_sizes(plan, value, facts)]
+                added += [Fix(changes=((name, v),)) for v in nearer_sizes(plan, value, facts, name)]
     drops = [Fix(changes=(), drops=(name,)) for name in flags]
     return hints + values + added + drops
 
@@ -252,7 +252,7 @@ def _alternatives(plan: Plan, name: str, current: Any, facts: Mapping[str, Any])
     if flag.finite_domain is None:
         if flag.type == "int" and isinstance(current, int) and not isinstance(current, bool) and current >= 1:
             # Sizes are mostly powers of two: the nearest ones are the likeliest legal values.
-            return nearer_sizes(plan, current, facts)
+            return nearer_sizes(plan, current, facts, name)
         return []
     plain_switch = flag.type == "bool" and not flag.negated and not flag.value_optional
     return [v for v in _ordered_domain(plan, name)

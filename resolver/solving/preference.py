@@ -80,6 +80,7 @@ class Preferences:
     powers_of_two_up_to: tuple[str, ...] = ()
     kv_floor_needs: tuple[str, ...] = ()   # facts without which the KV floor cannot be told
     kv_floor_sized_by: frozenset[str] = frozenset()   # flags whose change can move the pool
+    power_of_two_sizes: frozenset[str] = frozenset()  # int flags usually powers of two (those tried)
 
 
 _LOADED: "weakref.WeakKeyDictionary[Plan, Preferences]" = weakref.WeakKeyDictionary()
@@ -162,10 +163,16 @@ def _load(plan: Plan, strict: bool) -> Preferences:
         except _Skip:
             kv_floor = None
     nearer = data.get("nearer") or {}
+    for section, listed in (("nearer.power_of_two_sizes", nearer.get("power_of_two_sizes")),
+                            ("kv_floor.sized_by", (floor or {}).get("sized_by"))):
+        unknown = sorted(set(listed or ()) - set(plan.catalog.flags))
+        if unknown and strict:
+            raise UsageError(f"{where}: {section} names unknown flags {unknown}; use catalog flag names.")
     return Preferences(flags("identity"), flags("checkpoint"), speed, kv_floor,
                        int(nearer.get("powers_of_two_beyond", 2)), tuple(nearer.get("powers_of_two_up_to") or ()),
                        tuple((floor or {}).get("needs") or ()),
-                       frozenset((floor or {}).get("sized_by") or ()) & frozenset(plan.catalog.flags))
+                       frozenset((floor or {}).get("sized_by") or ()) & frozenset(plan.catalog.flags),
+                       frozenset(nearer.get("power_of_two_sizes") or ()) & frozenset(plan.catalog.flags))
 
 
 def _named(name: str, body: Expr) -> Expr:
@@ -198,16 +205,18 @@ def order_values(plan: Plan, name: str, values: Iterable[Any], env: Env) -> list
     return sorted(values, key=lambda v: speed_rank(plan, name, v, env))
 
 
-def nearer_sizes(plan: Plan, current: int, facts: Mapping[str, Any] = {}) -> list[int]:
-    """Integer sizes to try instead of a typed `current`, nearest (by ratio) first, larger first
-    on a tie: its half, its double and the powers of two up to `powers_of_two_beyond` x current
-    or up to the `powers_of_two_up_to` facts."""
+def nearer_sizes(plan: Plan, current: int, facts: Mapping[str, Any] = {}, name: str | None = None) -> list[int]:
+    """Integers to try instead of a typed `current`, nearest (by ratio) first, larger first on a
+    tie: its half, its double and its quarter; for a size usually a power of two (`nearer.power_of_two_sizes`, or
+    when no flag is named) also the powers of two up to `powers_of_two_beyond` x current or up to
+    the `powers_of_two_up_to` facts (a port or a GPU index is no power of two)."""
     prefs = preferences_for(plan)
-    bounds = [facts.get(key) for key in prefs.powers_of_two_up_to]
-    top = max(2, current * prefs.powers_of_two_beyond,
-              *(b for b in bounds if isinstance(b, int) and not isinstance(b, bool)))
     found = {v for v in (current // 2, current * 2, current // 4) if v >= 1}
-    found |= {1 << i for i in range(top.bit_length()) if (1 << i) <= top}
+    if name is None or name in prefs.power_of_two_sizes:
+        bounds = [facts.get(key) for key in prefs.powers_of_two_up_to]
+        top = max(2, current * prefs.powers_of_two_beyond,
+                  *(b for b in bounds if isinstance(b, int) and not isinstance(b, bool)))
+        found |= {1 << i for i in range(top.bit_length()) if (1 << i) <= top}
     found.discard(current)
     return sorted(found, key=lambda v: (abs(math.log(v / current)), -v))
 
