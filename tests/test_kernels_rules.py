@@ -242,7 +242,7 @@ def test_every_rule_is_well_formed_and_names_only_known_flags_and_facts():
 
 def test_every_module_with_triton_kernels_declares_requirements():
     with_kernels = set()
-    for info in pkgutil.walk_packages(kernels.__path__, "kernels."):
+    for info in pkgutil.walk_packages(accord.kernels.__path__, "accord.kernels."):
         module = importlib.import_module(info.name)
         if any(type(obj).__name__ in ("JITFunction", "InterpretedFunction") and obj.__module__ == info.name
                for obj in vars(module).values()):

@@ -1,6 +1,6 @@
 """Fixes an operator would apply: candidate changes to a conflicting launch, verified and ranked.
 
-A conflict (resolver/explain.py) names the user values and rules that cannot hold together. Its fixes
+A conflict (resolver/explaining/explain.py) names the user values and rules that cannot hold together. Its fixes
 are changes to the command that make it resolve, each verified by solving again. Candidates come
 from three places:
 - the rules' `fix:` hints (what upstream would have set; a hint may set flags the user did not
@@ -104,7 +104,7 @@ def combine(fixes: list[Fix]) -> Fix | None:
 def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
                flags: list[str], rules: list[Rule], cache: dict | None = None) -> list[Fix]:
     """The verified fixes of one conflict (its user `flags` and `rules`), best first (`cache`: the
-    explanation's `Nearby` objects, see resolver/nearby.py).
+    explanation's `Nearby` objects, see resolver/solving/nearby.py).
 
     The candidates a fix may not be (one dropping or swapping the served model, or adding a
     checkpoint fact) are left out, and the rest are ranked by the one preference ranking
