@@ -98,6 +98,11 @@ def test_70b_tp6_first_fix_is_tp_8_or_4_and_nothing_drops_the_model(plan):
     assert all("model_path" not in fix.flags() for c in conflicts for fix in c.fixes)
     relaxed = api.resolve("llm", user, facts, relax=True)
     assert relaxed.values["model_path"] == LLAMA_70B and relaxed.values["tp_size"] in (4, 8)
+    with pytest.raises(api.ConflictError) as err:
+        api.resolve("llm", user, facts)
+    report = err.value.to_dict()
+    assert all(chain["dropped"] != "model_path" for c in report["conflicts"] for chain in c["chains"])
+    assert all(LLAMA_70B in fix["command"] for c in report["conflicts"] for fix in c["fix_details"])
 
 
 def test_70b_tp1_first_fix_leaves_a_real_kv_pool(plan):

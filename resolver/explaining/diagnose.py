@@ -247,8 +247,8 @@ def drop_chains(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
     chains = []
     for name in flags:
         drop = Fix(changes=(), drops=(name,))
-        if drop.key() in offered:
-            continue
+        if drop.key() in offered or not fix_allowed(plan, (), (name,), user):
+            continue  # offered already, or a drop no fix may make (the served model)
         rest = drop.apply(user)
         if plan.satisfiable(rest, facts):
             continue  # verified but ranked below the offered fixes
