@@ -291,3 +291,12 @@ def test_resolve_help_opens_with_examples_and_the_flag_groups(capsys):
     assert "  accord resolve --facts" in out
     groups = out[out.index("flag groups"):out.index("options:")]
     assert "parallel" in groups and "llm flags: parallel" in out
+
+
+def test_the_configurator_dry_run_frees_a_default_as_the_cli_does(capsys, monkeypatch):
+    from accord.resolver.configurator import server
+    monkeypatch.setattr(server, "OUTCOMES", server.Outcomes())
+    args = ["--model-path", LLAMA_70B, "--flag", "tp_size"]
+    status, _, body = server.answer("dry-run", {"facts": "h100", "args": args})
+    assert main(["resolve", "--dry-run", "--json", "--facts", "h100", *args]) == 0
+    assert status == 200 and body == capsys.readouterr().out

@@ -209,7 +209,9 @@ def _print_answer(endpoint: str, argv: list[str]) -> int | None:
     if endpoint == "dry-run":
         plan = plan_for(parsed.system)
         names = selected_flags(plan, opts.only, facts)  # a bad --flag is refused first, as by the CLI
-    if outcome.conflict is not None and (opts.json or endpoint == "dry-run"):
+    if outcome.conflict is not None and endpoint == "dry-run":
+        return None  # the dry run may free a default the conflict is about (dryrun.py): the CLI answers
+    if outcome.conflict is not None and opts.json:
         print(outcome.text("conflict", lambda: command.conflict_json(outcome.conflict)))
         return EXIT_CONFLICT
     if outcome.conflict is not None:
