@@ -300,3 +300,11 @@ def test_the_configurator_dry_run_frees_a_default_as_the_cli_does(capsys, monkey
     status, _, body = server.answer("dry-run", {"facts": "h100", "args": args})
     assert main(["resolve", "--dry-run", "--json", "--facts", "h100", *args]) == 0
     assert status == 200 and body == capsys.readouterr().out
+
+
+def test_a_conflict_report_says_what_an_old_value_spelling_became(capsys):
+    assert main(["resolve", "--facts", "h200", "--model-path", DEEPSEEK_V3, "--tp", "8",
+                 "--attention-backend", "tokenspeed_mla"]) == 3
+    err = capsys.readouterr().err
+    assert "you set   --attention-backend cutedsl_mla" in err
+    assert "note: --attention-backend tokenspeed_mla is another name for cutedsl_mla" in err

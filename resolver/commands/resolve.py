@@ -75,12 +75,18 @@ def conflict_json(err: ConflictError) -> str:
     return json.dumps(err.to_dict(), indent=2, sort_keys=True)
 
 
-def print_conflict(err: ConflictError, as_json: bool) -> int:
+def print_conflict(err: ConflictError, as_json: bool, notes: tuple[str, ...] | list[str] = ()) -> int:
+    """The conflict report; in text, followed by what reading the command noted (`notes`: an old
+    value spelling and what it became, say, so `you set --attention-backend cutedsl_mla` is
+    explained when tokenspeed_mla was typed)."""
     if as_json:
         print(conflict_json(err))
     else:
+        from accord.resolver.explaining.layout import terminal_width, wrap_hanging
         from accord.resolver.explaining.proof import render_conflict, wants_color
         print(render_conflict(err, color=wants_color(sys.stderr)), file=sys.stderr)
+        for line in notes:
+            print("\n".join(wrap_hanging("note: ", line, terminal_width())), file=sys.stderr)
     return EXIT_CONFLICT
 
 
@@ -110,7 +116,7 @@ def main(argv: list[str]) -> int:
         config = resolve(parsed.system, parsed.values, facts, parsed.sources, relax=opts.relax,
                          warnings=parsed.warnings)
     except ConflictError as err:
-        return print_conflict(err, opts.json)
+        return print_conflict(err, opts.json, parsed.warnings)
     if opts.json:
         print(config_json(config, opts.relax))
     else:
@@ -145,7 +151,7 @@ def main_dry_run(parsed, facts, opts) -> int:
     try:
         config, choices = dry_run(parsed.system, parsed.values, facts, opts.only)
     except ConflictError as err:
-        return print_conflict(err, opts.json)
+        return print_conflict(err, opts.json, parsed.warnings)
     if opts.json:
         print(dry_run_json(config, choices))
     else:

@@ -49,7 +49,7 @@ def main(argv: list[str]) -> int:
         config = resolve(parsed.system, parsed.values, facts, parsed.sources, relax=opts.relax,
                          warnings=parsed.warnings)
     except ConflictError as err:
-        return resolve_cmd.print_conflict(err, opts.json)
+        return resolve_cmd.print_conflict(err, opts.json, parsed.warnings)
     if opts.print_config:
         if opts.json:
             print(config.to_json())

@@ -137,7 +137,7 @@ def main(argv: list[str]) -> int:
     try:
         config = resolve(parsed.system, parsed.values, facts, parsed.sources, relax=opts.relax)
     except ConflictError as err:
-        return print_conflict(err, opts.json)
+        return print_conflict(err, opts.json, parsed.warnings)
     if opts.json:
         seen: set[str] = set()
         chains = [_explain_data(config, plan, target, 0, seen) for target in targets]

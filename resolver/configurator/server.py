@@ -215,7 +215,7 @@ def _print_answer(endpoint: str, argv: list[str]) -> int | None:
         print(outcome.text("conflict", lambda: command.conflict_json(outcome.conflict)))
         return EXIT_CONFLICT
     if outcome.conflict is not None:
-        return command.print_conflict(outcome.conflict, False)
+        return command.print_conflict(outcome.conflict, False, parsed.warnings)
     if endpoint == "dry-run":
         print(outcome.text(("dry-run", *names), lambda: command.dry_run_json(
             outcome.config, judge(plan, names, parsed.values, facts, outcome.config))))
