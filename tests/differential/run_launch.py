@@ -1,0 +1,139 @@
+"""Build the `accord launch` fixture: generate legal commands, write each one's upstream launch with
+`accord launch`'s emitter, let upstream SGLang 0.5.23 (the oracle) parse and resolve that command,
+and keep upstream's answers as data for tests/test_launch_upstream.py.
+
+Why a fixture: the oracle needs the sglang wheel and minutes; the test suite needs neither. The test
+replays Accord on the same commands, checks the emitter still writes the command stored here, and
+compares every field upstream decides with Accord's value.
+
+Compact on purpose: for each case only the upstream fields whose resolved value differs from
+upstream's parser default are stored (upstream_parser.yaml has the defaults, so nothing is lost).
+
+usage: python -m tests.differential.run_launch [--llm N] [--diffusion N] [--seed S] [FIXTURE]
+(default: --llm 450 --diffusion 250 --seed 2727 tests/differential/fixtures/launch_oracle.json;
+commands Accord rejects are dropped before the oracle sees them)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.differential import diffusion_gen, gen_llm, launch_oracle
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_FIXTURE = HERE / "fixtures" / "launch_oracle.json"
+DIFFUSION_MODELS = HERE / "fixtures" / "diffusion_models"
+
+
+def accord_launch(case: dict):
+    """(Accord's config, its upstream Launch) for a generated case, or (None, reason) when Accord
+    rejects the command. Model folders are the fixture copies both sides read."""
+    from accord.resolver.api import resolve
+    from accord.resolver.commandline.emit import emit
+    from accord.resolver.commandline.flagparse import parse_flags
+    from accord.resolver.errors import AccordError
+    from accord.resolver.facts.machine import load_facts
+
+    system = case["system"]
+    argv = gen_llm.accord_argv(case["argv"]) if system == "llm" else diffusion_gen.localize(case["argv"], DIFFUSION_MODELS)
+    try:
+        _, parsed = parse_flags(argv, system=system)
+        facts = load_facts(case["preset"], (), model_path=parsed.values.get("model_path"), system=system)
+        config = resolve(system, parsed.values, facts, parsed.sources, warnings=parsed.warnings)
+    except AccordError as err:
+        return None, str(err).splitlines()[0]
+    return config, emit(config)
+
+
+def upstream_args(system: str, args: list[str]) -> list[str]:
+    """The emitted words with the fixture's model folders named by hub id again, which the oracle
+    maps to its own copies of the same folders."""
+    out = []
+    for word in args:
+        path = Path(word)
+        if system == "llm" and path.is_absolute() and gen_llm.ORACLE_MODELS in path.parents:
+            word = str(path.relative_to(gen_llm.ORACLE_MODELS))
+        elif system == "diffusion" and path.is_absolute() and DIFFUSION_MODELS in path.parents:
+            rel = path.relative_to(DIFFUSION_MODELS).parts[0]  # models--ORG--NAME
+            word = rel.removeprefix("models--").replace("--", "/", 1)
+        out.append(word)
+    return out
+
+
+def generate(llm: int, diffusion: int, seed: int) -> list[dict]:
+    """`llm` LLM commands (gen_llm's realistic draws) and `diffusion` diffusion commands, three
+    fifths from diffusion_gen's first menu and the rest from its wide one; same seed, same cases."""
+    cases = [{**c, "system": "llm"} for c in gen_llm.random_cases(llm, seed)]
+    rng = random.Random(seed)
+    narrow = diffusion * 3 // 5
+    drawn = [diffusion_gen.draw_case(rng, i, diffusion_gen.FLAG_MENU, f"D{seed}-") for i in range(narrow)]
+    drawn += diffusion_gen.generate(diffusion - narrow, seed + 1, wide_prefix=f"W{seed}-")
+    cases += [{**c, "system": "diffusion"} for c in drawn]
+    return cases
+
+
+def compact(resolved: dict, defaults: dict[str, Any]) -> dict:
+    """Upstream's resolved fields that differ from its parser defaults (the rest are the defaults)."""
+    return {k: v for k, v in sorted(resolved.items()) if k in defaults and json.dumps(v) != json.dumps(defaults[k])}
+
+
+def upstream_defaults(system: str) -> dict[str, Any]:
+    """Upstream's parser default of every field the fixture can hold (catalog default unless the
+    generated parser table says otherwise); the written_as options' defaults under their dest."""
+    from accord.resolver.commandline.emit import load_spec
+    from accord.resolver.frozen import thaw
+    from accord.resolver.language.catalog import load_catalog
+
+    spec = load_spec(system)
+    catalog = load_catalog(system)
+    out = {name: thaw(entry.get("default", catalog[name].default)) for name, entry in spec.flags.items()}
+    out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
+    for entry in spec.written_as:
+        out[entry["flag"][2:].replace("-", "_")] = entry.get("default")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--llm", type=int, default=450)
+    parser.add_argument("--diffusion", type=int, default=250)
+    parser.add_argument("--seed", type=int, default=2727)
+    parser.add_argument("fixture", nargs="?", default=str(DEFAULT_FIXTURE))
+    opts = parser.parse_args(argv)
+    diffusion_gen.materialize(DIFFUSION_MODELS)
+    kept: list[dict] = []
+    rejected = 0
+    for case in generate(opts.llm, opts.diffusion, opts.seed):
+        config, launch = accord_launch(case)
+        if config is None:
+            rejected += 1
+            continue
+        kept.append({**case, "emitted": upstream_args(case["system"], launch.args), "env": dict(launch.env)})
+    fixture: dict = {"generator": {"seed": opts.seed, "llm": opts.llm, "diffusion": opts.diffusion, "sglang": "0.5.23"},
+                     "cases": kept, "oracle": {}}
+    for system in ("llm", "diffusion"):
+        cases = [c for c in kept if c["system"] == system]
+        defaults = upstream_defaults(system)
+        asked = [{"id": c["id"], "argv": c["emitted"], "facts": {**c["facts"], **({"env": c["env"]} if c["env"] else {})}}
+                 for c in cases]
+        answers = launch_oracle.run(system, asked, sorted(defaults))
+        for cid, answer in sorted(answers.items()):
+            kept_answer = {"status": answer["status"]}
+            if answer["status"] == "ok":
+                kept_answer["resolved"] = compact(answer["resolved"], defaults)
+            else:
+                kept_answer["error"] = str(answer.get("error") or answer.get("stderr"))[:400]
+            fixture["oracle"][cid] = kept_answer
+    Path(opts.fixture).write_text(json.dumps(fixture, indent=0, sort_keys=True) + "\n")
+    counts = {s: sum(1 for c in kept if c["system"] == s) for s in ("llm", "diffusion")}
+    print(f"{counts} legal commands ({rejected} rejected by Accord) -> {opts.fixture}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
