@@ -261,7 +261,9 @@ def emit(config: ResolvedConfig, launcher: Sequence[str] | None = None) -> Launc
             continue
         option, why = _option(name, entry, value, upstream_default)
         if why:
-            if not _same(value, upstream_default):
+            # Lost only if Accord decided it: the catalog's own default (say, unset: "let upstream
+            # decide") that nobody typed and no rule changed leaves upstream to decide, as meant.
+            if not (source == "default" and _same(value, flag.default)):
                 warnings.append(_lost(entry["flag"], value, source, why, spec.upstream))
             continue
         if option is not None:

@@ -71,10 +71,9 @@ def expected(config, system: str) -> dict[str, Any]:
            if name in config.values and name not in spec.expressed_by}
     env = _ValuesEnv(config, load_catalog(system).defaults())
     for entry in spec.written_as:
-        dest = entry["flag"][2:].replace("-", "_")
-        # An option that carries one setting of its own name lands on that setting's value (the
-        # expression only undoes what upstream does to it); otherwise upstream holds the expression.
-        out[dest] = config.values[dest] if dest in entry["carries"] else _eval(entry["value"], env)
+        # Upstream holds `holds` (the expression only undoes what upstream does to the value it is
+        # given) or else the written value itself.
+        out[entry["flag"][2:].replace("-", "_")] = _eval(entry.get("holds", entry["value"]), env)
     return out
 
 
