@@ -34,10 +34,9 @@ from accord.resolver.errors import UsageError
 from accord.resolver.frozen import ResolvedConfig, thaw
 from accord.resolver.language.catalog import RULES_DIR, load_catalog
 from accord.resolver.language.expr import UnknownFact, parse
+from accord.resolver.language.ruleset import UPSTREAM_LAUNCH_FILE as LAUNCH_FILE
+from accord.resolver.language.ruleset import UPSTREAM_PARSER_FILE as PARSER_FILE
 from accord.resolver.language.yamlcache import read_yaml_files
-
-PARSER_FILE = "upstream_parser.yaml"
-LAUNCH_FILE = "upstream_launch.yaml"
 USER_SOURCES = frozenset({"user", "config", "env"})
 FORMS = frozenset({"switch", "negatable", "bool_value", "list", "value"})
 
@@ -312,6 +311,6 @@ def check_launcher(words: Iterable[str]) -> tuple[str, ...]:
     """A launcher given as one shell string, split; an empty one is a usage error."""
     words = tuple(words)
     if not words:
-        raise UsageError("--launcher is empty: give the command that starts upstream, for example "
-                         "--launcher 'python3 -m sglang.launch_server'.")
+        raise UsageError("--launcher is empty: give the command that starts upstream as one shell "
+                         "string, or leave --launcher out for the system's own (rules/<system>/upstream_launch.yaml).")
     return words

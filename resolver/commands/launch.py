@@ -29,9 +29,8 @@ EXIT_LAUNCHER_MISSING = 127
 def add_options(parser: argparse.ArgumentParser) -> None:
     add_fact_options(parser)
     parser.add_argument("--launcher", metavar="COMMAND",
-                        help="the command that starts upstream, as one shell string (default: "
-                             "'python3 -m sglang.launch_server' for llm, "
-                             "'sglang serve --model-type diffusion' for diffusion)")
+                        help="the command that starts upstream, as one shell string (default: the "
+                             "system's `launcher` in rules/<system>/upstream_launch.yaml)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the command and its environment instead of starting it")
     parser.add_argument("--json", action="store_true",
