@@ -1,8 +1,9 @@
 """`accord launch` against upstream SGLang 0.5.23: upstream accepts each emitted command and holds
 Accord's value for every field it decides.
 
-The fixture (tests/differential/fixtures/launch_oracle.json, built by `python -m
-tests.differential.run_launch`) holds legal generated commands, the upstream command `accord launch`
+The fixtures (tests/differential/fixtures/launch_oracle.json, built by `python -m
+tests.differential.run_launch`, and launch_oracle_hand.json, its hand-picked commands: the longer
+context's environment variable, DP attention's rewrites) hold legal commands, the upstream command `accord launch`
 wrote for each, and what upstream's own parsing and resolution (the oracle) made of it; no sglang is
 needed here. Each case is resolved and emitted again: the command must still be the stored one (else
 the stored answer is stale: regenerate), and every compared upstream field must hold Accord's value,
@@ -12,17 +13,14 @@ The figures print with `python -m tests.differential.launch_score`.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.differential.launch_score import exceptions, score
-from tests.differential.run_launch import DEFAULT_FIXTURE
+from tests.differential.launch_score import exceptions, load_fixtures, score
 
 
 @pytest.fixture(scope="module")
 def fixture():
-    return json.loads(DEFAULT_FIXTURE.read_text())
+    return load_fixtures()
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +35,10 @@ def _ids(fixture, system):
 def test_fixture_holds_enough_legal_commands(fixture):
     assert len(_ids(fixture, "llm")) >= 300
     assert len(_ids(fixture, "diffusion")) >= 100
+
+
+def test_the_environment_upstream_reads_is_exercised(fixture):
+    assert any(case["env"] for case in fixture["cases"])
 
 
 @pytest.mark.parametrize("system", ["llm", "diffusion"])

@@ -9,7 +9,7 @@ fixture's upstream answer belongs to, and compares every upstream field that car
 are compared differently, and cases that differ, are listed with their reasons in
 tests/differential/launch_exceptions.yaml.
 
-usage: python -m tests.differential.launch_score [FIXTURE] [--ids]   (prints the agreement figures)
+usage: python -m tests.differential.launch_score [FIXTURE...] [--ids]   (prints the agreement figures)
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from typing import Any
 import yaml
 
 from tests.differential.run_launch import DEFAULT_FIXTURE, accord_launch, upstream_args, upstream_defaults
+
+FIXTURES = sorted(DEFAULT_FIXTURE.parent.glob("launch_oracle*.json"))
 
 EXCEPTIONS = Path(__file__).resolve().parent / "launch_exceptions.yaml"
 
@@ -115,6 +117,19 @@ def compare(case: dict, answer: dict, defaults: dict) -> list[tuple[str, Any, An
     return diffs
 
 
+def load_fixtures(paths=None) -> dict:
+    """Several launch fixtures as one (their case ids are distinct)."""
+    merged: dict = {"cases": [], "oracle": {}}
+    for path in paths or FIXTURES:
+        data = json.loads(Path(path).read_text())
+        clash = set(data["oracle"]) & set(merged["oracle"])
+        if clash:
+            raise ValueError(f"{path} repeats case ids {sorted(clash)[:5]}")
+        merged["cases"] += data["cases"]
+        merged["oracle"].update(data["oracle"])
+    return merged
+
+
 def score(fixture: dict) -> dict[str, list]:
     defaults = {s: upstream_defaults(s) for s in ("llm", "diffusion")}
     return {case["id"]: compare(case, fixture["oracle"][case["id"]], defaults[case["system"]])
@@ -138,11 +153,11 @@ def summary(fixture: dict, results: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("fixture", nargs="?", default=str(DEFAULT_FIXTURE))
+    parser.add_argument("fixture", nargs="*", help="default: every tests/differential/fixtures/launch_oracle*.json")
     parser.add_argument("--ids", action="store_true", help="list every disagreeing case")
     parser.add_argument("--show", type=int, default=3)
     opts = parser.parse_args(argv)
-    fixture = json.loads(Path(opts.fixture).read_text())
+    fixture = load_fixtures(opts.fixture or None)
     results = score(fixture)
     for line in summary(fixture, results):
         print(line)

@@ -11,7 +11,8 @@ upstream's parser default are stored (upstream_parser.yaml has the defaults, so 
 
 usage: python -m tests.differential.run_launch [--llm N] [--diffusion N] [--seed S] [FIXTURE]
 (default: --llm 450 --diffusion 250 --seed 2727 tests/differential/fixtures/launch_oracle.json;
-commands Accord rejects are dropped before the oracle sees them)
+commands Accord rejects are dropped before the oracle sees them). The hand-picked commands:
+`python -m tests.differential.run_launch --hand-only tests/differential/fixtures/launch_oracle_hand.json`.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def accord_launch(case: dict):
     argv = gen_llm.accord_argv(case["argv"]) if system == "llm" else diffusion_gen.localize(case["argv"], DIFFUSION_MODELS)
     try:
         _, parsed = parse_flags(argv, system=system)
-        facts = load_facts(case["preset"], (), model_path=parsed.values.get("model_path"), system=system)
+        facts = load_facts(case["preset"], tuple(case.get("accord_facts", ())),
+                           model_path=parsed.values.get("model_path"), system=system)
         config = resolve(system, parsed.values, facts, parsed.sources, warnings=parsed.warnings)
     except AccordError as err:
         return None, str(err).splitlines()[0]
@@ -77,6 +79,34 @@ def generate(llm: int, diffusion: int, seed: int) -> list[dict]:
     return cases
 
 
+# Hand-picked commands for what random draws rarely reach: the environment variable upstream reads
+# (a context longer than the model's, allowed by the fact that says the variable will be set) and
+# upstream's rewrites under DP attention. (name, preset, Accord's extra facts, argv after --model-path)
+L8, Q8, Q30, DS = ("meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B",
+                   "deepseek-ai/DeepSeek-V3")
+LONGER = ("env.allow_longer_context=true",)
+HAND = [
+    ("longer-context-llama", "h100", LONGER, [L8, "--context-length", "200000"]),
+    ("longer-context-qwen", "h100", LONGER, [Q8, "--context-length", "65536"]),
+    ("longer-context-tp2", "h200", LONGER, [Q30, "--tp-size", "2", "--context-length", "81920"]),
+    ("longer-context-dp-attn", "h100", LONGER, [Q30, "--tp-size", "2", "--enable-dp-attention", "--dp-size", "2",
+                                                "--context-length", "65536"]),
+    ("shorter-context", "h100", (), [L8, "--context-length", "8192"]),
+    ("dp-attn-ds-h200", "h200", (), [DS, "--tp-size", "8", "--enable-dp-attention", "--dp-size", "8"]),
+    ("dp-attn-chunk-off", "h100", (), [Q30, "--tp-size", "4", "--enable-dp-attention", "--dp-size", "4",
+                                       "--chunked-prefill-size", "-1"]),
+    ("dp-attn-b200", "b200", (), [Q30, "--tp-size", "4", "--enable-dp-attention", "--dp-size", "2"]),
+    ("dp-replicas", "h100", (), [L8, "--dp-size", "4"]),
+    ("no-cuda-graph", "h100", (), [L8, "--disable-cuda-graph"]),
+]
+
+
+def hand_cases() -> list[dict]:
+    return [{"id": f"h-{name}", "system": "llm", "preset": preset, "facts": gen_llm.oracle_facts(preset),
+             "accord_facts": list(facts), "argv": ["--model-path", *argv]}
+            for name, preset, facts, argv in HAND]
+
+
 def compact(resolved: dict, defaults: dict[str, Any]) -> dict:
     """Upstream's resolved fields that differ from its parser defaults (the rest are the defaults)."""
     return {k: v for k, v in sorted(resolved.items()) if k in defaults and json.dumps(v) != json.dumps(defaults[k])}
@@ -103,18 +133,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llm", type=int, default=450)
     parser.add_argument("--diffusion", type=int, default=250)
     parser.add_argument("--seed", type=int, default=2727)
+    parser.add_argument("--hand-only", action="store_true",
+                        help="only the hand-picked commands (kept in fixtures/launch_oracle_hand.json)")
     parser.add_argument("fixture", nargs="?", default=str(DEFAULT_FIXTURE))
     opts = parser.parse_args(argv)
     diffusion_gen.materialize(DIFFUSION_MODELS)
     kept: list[dict] = []
     rejected = 0
-    for case in generate(opts.llm, opts.diffusion, opts.seed):
+    for case in (hand_cases() if opts.hand_only else generate(opts.llm, opts.diffusion, opts.seed)):
         config, launch = accord_launch(case)
         if config is None:
             rejected += 1
             continue
         kept.append({**case, "emitted": upstream_args(case["system"], launch.args), "env": dict(launch.env)})
-    fixture: dict = {"generator": {"seed": opts.seed, "llm": opts.llm, "diffusion": opts.diffusion, "sglang": "0.5.23"},
+    fixture: dict = {"generator": {"seed": opts.seed, "llm": opts.llm, "diffusion": opts.diffusion,
+                                   "hand_only": opts.hand_only, "sglang": "0.5.23"},
                      "cases": kept, "oracle": {}}
     for system in ("llm", "diffusion"):
         cases = [c for c in kept if c["system"] == system]
