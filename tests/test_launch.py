@@ -127,9 +127,10 @@ def test_emit_config_writes_the_options_upstream_reads_back(tmp_path, capsys):
     assert cli_main(["launch", "--emit-config", str(path), *argv]) == 0
     printed = shlex.split(capsys.readouterr().out.strip())
     assert printed[:5] == ["python3", "-m", "sglang.launch_server", "--config", str(path)]
-    # upstream's config reader refuses `--no-` switches (BooleanOptionalAction): they stay on the line
+    # upstream's config reader refuses negatable switches (BooleanOptionalAction): they stay on the line
     rest = printed[5:]
-    assert all(word.startswith("--no-") for word in rest)
+    negatable = {e["flag"] for e in load_spec("llm").flags.values() if e["form"] == "negatable"}
+    assert all(word in negatable or "--" + word[5:] in negatable for word in rest)
     data = yaml.safe_load(path.read_text())
     assert data["tp-size"] == "2" and data["enable-torch-compile"] is True
     assert not list(tmp_path.glob("*.accord-tmp"))
@@ -159,6 +160,21 @@ def test_diffusion_launch_uses_the_serve_entry_and_true_false_switches(tmp_path)
     words = data["command"]
     assert words[words.index("--dit-cpu-offload") + 1] == "false"
     assert words[words.index("--num-gpus") + 1] == "2"
+
+
+def test_diffusion_emit_config_keys_are_upstreams_field_names(tmp_path, capsys):
+    from tests.differential.diffusion_gen import materialize, model_dir
+
+    materialize(tmp_path)
+    model = str(model_dir(tmp_path, "black-forest-labs/FLUX.1-dev"))
+    path = tmp_path / "serve.yaml"
+    argv = ["--facts", "h100", "--model-path", model, "--num-gpus", "2", "--cfg-parallel-size", "2"]
+    assert cli_main(["launch", "--emit-config", str(path), *argv]) == 0
+    assert shlex.split(capsys.readouterr().out.strip()) == ["sglang", "serve", "--model-type", "diffusion",
+                                                           "--config", str(path)]
+    data = yaml.safe_load(path.read_text())
+    # upstream's ServerArgs.load_config_file merges the mapping as keyword arguments: field names, typed
+    assert data["num_gpus"] == 2 and data["cfg_parallel_degree"] == 2 and data["model_path"] == model
 
 
 def test_every_setting_without_an_upstream_option_has_a_reason():

@@ -50,6 +50,7 @@ class Option:
     form: str
     value: Any
     carries: tuple[str, ...]
+    dest: str  # the field upstream stores it in (its --config key on the diffusion server)
 
     def words(self) -> list[str]:
         """The command-line words: `--x`, `--no-x`, `--x true`, `--x a b`, `--x v`."""
@@ -103,15 +104,15 @@ class Launch:
 
     def config_file(self, style: str) -> tuple[dict, list[str]]:
         """The options as an upstream `--config` YAML mapping, and the words that must stay on the
-        command line (a `--no-` switch: upstream's config reader takes only store-true switches and
-        one-value options). `style` is the spec's `config_keys`: `flag` (keys are spellings without
+        command line (a negatable `--X/--no-X` switch: upstream's LLM config reader takes only
+        store-true switches and options with values). `style` is the spec's `config_keys`: `flag` (keys are spellings without
         the dashes, values as typed; the LLM server) or `dest` (keys are the settings, values typed
         as YAML; the diffusion server)."""
         data: dict[str, Any] = {}
         rest: list[str] = []
         for option in self.options:
             if style == "flag":
-                if option.form == "negatable" and not option.value:
+                if option.form == "negatable":
                     rest += option.words()
                     continue
                 key = option.flag[2:]
@@ -122,8 +123,7 @@ class Launch:
                     value = _word(option.value)
                 data[key] = value
             else:
-                key = option.flag[2:].replace("-", "_") if len(option.carries) != 1 else option.carries[0]
-                data[key] = thaw(option.value) if option.form != "list" else list(thaw(option.value))
+                data[option.dest] = thaw(option.value) if option.form != "list" else list(thaw(option.value))
         return data, rest
 
 
@@ -273,7 +273,8 @@ def emit(config: ResolvedConfig, launcher: Sequence[str] | None = None) -> Launc
         value = _eval(entry["value"], env)
         if value is None or (not entry.get("always") and _same(value, entry.get("default"))):
             continue
-        options.append(Option(entry["flag"], entry.get("form", "value"), value, tuple(entry["carries"])))
+        options.append(Option(entry["flag"], entry.get("form", "value"), value, tuple(entry["carries"]),
+                              entry.get("dest", entry["flag"][2:].replace("-", "_"))))
     env_out = {item["name"]: str(item["value"]) for item in spec.env if _eval(item["when"], env)}
     return Launch(config.system, tuple(launcher) if launcher else spec.launcher, tuple(options),
                   env_out, config.values, tuple(warnings), left)
@@ -287,18 +288,18 @@ def _option(name: str, entry: Mapping[str, Any], value: Any, upstream_default: A
         return None, (None if upstream_default is None else "upstream's option has no spelling for unset")
     if form == "switch":
         if value:
-            return Option(spelling, form, True, (name,)), None
+            return Option(spelling, form, True, (name,), name), None
         return None, (None if not upstream_default else f"{spelling} can only switch it on")
     if form in ("negatable", "bool_value"):
-        return Option(spelling, form, bool(value), (name,)), None
+        return Option(spelling, form, bool(value), (name,), name), None
     if form == "list":
         items = list(thaw(value)) if isinstance(value, (list, tuple)) else [value]
         if not items:
             return None, (None if not upstream_default else f"{spelling} cannot be given an empty list")
-        return Option(spelling, form, tuple(items), (name,)), None
+        return Option(spelling, form, tuple(items), (name,), name), None
     if choices is not None and value not in choices:
         return None, f"upstream's {spelling} accepts only {', '.join(map(str, choices))}"
-    return Option(spelling, form, value, (name,)), None
+    return Option(spelling, form, value, (name,), name), None
 
 
 def _lost(spelling: str, value: Any, source: str, why: str, upstream: str) -> str:
