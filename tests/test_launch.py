@@ -96,6 +96,12 @@ def test_a_value_no_upstream_option_carries_is_named_in_a_warning():
     assert done.returncode == 0 and "--speculative-skip-dp-mlp-sync=true" in done.stderr
 
 
+def test_a_value_outside_upstreams_choices_is_named_not_written():
+    data = dry_json("--facts", "h100", "--tp", "2", "--cuda-graph-backend-prefill", "tc_piecewise")
+    assert "--cuda-graph-backend-prefill" not in data["command"]
+    assert any(w.startswith("--cuda-graph-backend-prefill=tc_piecewise (from user)") for w in data["warnings"])
+
+
 def test_dry_run_text_is_the_shell_line_of_the_json_command():
     argv = ["--facts", "h100", "--model-path", QWEN, "--tp-size", "2"]
     data = dry_json(*argv)

@@ -305,7 +305,7 @@ def _option(name: str, entry: Mapping[str, Any], value: Any, upstream_default: A
 def _lost(spelling: str, value: Any, source: str, why: str, upstream: str) -> str:
     shown = json.dumps(thaw(value)) if not isinstance(value, str) else value
     return (f"{spelling}={shown} (from {source}) cannot be passed to {upstream}: {why}; "
-            f"upstream will run without this setting.")
+            f"upstream will run on its own choice for it.")
 
 
 def check_launcher(words: Iterable[str]) -> tuple[str, ...]:
