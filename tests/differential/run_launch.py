@@ -107,9 +107,31 @@ def hand_cases() -> list[dict]:
             for name, preset, facts, argv in HAND]
 
 
+# Upstream fields the test never compares (tests/differential/launch_exceptions.yaml says why): not kept.
+NOT_KEPT = frozenset({"cuda_graph_config"})
+
+
 def compact(resolved: dict, defaults: dict[str, Any]) -> dict:
     """Upstream's resolved fields that differ from its parser defaults (the rest are the defaults)."""
-    return {k: v for k, v in sorted(resolved.items()) if k in defaults and json.dumps(v) != json.dumps(defaults[k])}
+    return {k: v for k, v in sorted(resolved.items())
+            if k in defaults and k not in NOT_KEPT and json.dumps(v) != json.dumps(defaults[k])}
+
+
+def write_fixture(path: Path, fixture: dict) -> None:
+    """One case or answer per line (readable diffs, a third of indented JSON); the machine facts of a
+    case are its preset's (gen_llm.oracle_facts), so they are not stored twice."""
+    cases = [{k: v for k, v in case.items() if k != "facts"} for case in fixture["cases"]]
+    lines = ['{"generator": ' + json.dumps(fixture["generator"], sort_keys=True) + ',', ' "cases": [']
+    lines += ["  " + json.dumps(c, sort_keys=True, separators=(",", ":")) + ("," if i < len(cases) - 1 else "")
+              for i, c in enumerate(cases)]
+    lines += [' ],', ' "oracle": {']
+    items = sorted(fixture["oracle"].items())
+    lines += [f"  {json.dumps(cid)}: " + json.dumps({k: v for k, v in a.items()}, sort_keys=True, separators=(",", ":"))
+              + ("," if i < len(items) - 1 else "") for i, (cid, a) in enumerate(items)]
+    lines += [" }", "}"]
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
 
 
 def upstream_defaults(system: str) -> dict[str, Any]:
@@ -162,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 kept_answer["error"] = str(answer.get("error") or answer.get("stderr"))[:400]
             fixture["oracle"][cid] = kept_answer
-    Path(opts.fixture).write_text(json.dumps(fixture, indent=0, sort_keys=True) + "\n")
+    write_fixture(Path(opts.fixture), fixture)
     counts = {s: sum(1 for c in kept if c["system"] == s) for s in ("llm", "diffusion")}
     print(f"{counts} legal commands ({rejected} rejected by Accord) -> {opts.fixture}", file=sys.stderr)
     return 0
