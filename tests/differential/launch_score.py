@@ -23,7 +23,13 @@ from typing import Any
 
 import yaml
 
-from tests.differential.run_launch import DEFAULT_FIXTURE, accord_launch, upstream_args, upstream_defaults
+from tests.differential.run_launch import (
+    DEFAULT_FIXTURE,
+    accord_launch,
+    upstream_args,
+    upstream_defaults,
+    values_digest,
+)
 
 FIXTURES = sorted(DEFAULT_FIXTURE.parent.glob("launch_oracle*.json"))
 
@@ -86,14 +92,19 @@ def _holds(when: str, config) -> bool:
 
 
 def compare(case: dict, answer: dict, defaults: dict) -> list[tuple[str, Any, Any]]:
-    """The disagreements of one case: [(field, upstream, accord)]; `accord`, `stale` and `status`
-    name a case Accord now rejects, one whose emitted command changed since the fixture was written
-    (its stored upstream answer no longer applies), and one upstream refused."""
+    """The disagreements of one case: [(field, upstream, accord)]. Pseudo-fields: `accord` (Accord
+    now rejects the command), `stale` (Accord's values moved since the fixture was written, so the
+    command did too and upstream's answer to it is unknown), `emitter` (the same values now give
+    another command: the emitter changed), `status` (upstream refused the command)."""
     config, launch = accord_launch(case)
     if config is None:
         return [("accord", "ok", f"rejected: {launch}")]
-    if upstream_args(case["system"], launch.args) != case["emitted"] or dict(launch.env) != case["env"]:
-        return [("stale", "fixture command", "emitted differently now: regenerate with run_launch")]
+    args = upstream_args(case["system"], launch.args)
+    if args != case["emitted"] or dict(launch.env) != case["env"]:
+        if values_digest(config) != case["values_sha"]:
+            return [("stale", "fixture command", "values moved since: regenerate with run_launch")]
+        changed = sorted(set(args) ^ set(case["emitted"]))[:8]
+        return [("emitter", "stored command", f"same values, another command now (words {changed})")]
     if answer["status"] != "ok":
         return [("status", f"error: {answer.get('error', '')[:200]}", "ok")]
     fields = exceptions()["fields"].get(case["system"]) or {}
@@ -142,12 +153,13 @@ def summary(fixture: dict, results: dict) -> list[str]:
     listed = exceptions().get("cases") or {}
     lines = []
     for system in ("llm", "diffusion"):
-        ids = [c["id"] for c in fixture["cases"] if c["system"] == system and c["id"] in results]
+        every = [c["id"] for c in fixture["cases"] if c["system"] == system and c["id"] in results]
+        ids = [i for i in every if not (results[i] and results[i][0][0] == "stale")]
         agree = sum(1 for i in ids if not results[i])
         explained = sum(1 for i in ids if results[i] and i in listed)
         lines.append(f"{system}: upstream accepts and agrees on every field in {agree}/{len(ids)} = "
                      f"{100 * agree / max(1, len(ids)):.1f}% ({explained} listed exceptions; "
-                     f"{len(ids) - agree - explained} unexplained)")
+                     f"{len(ids) - agree - explained} unexplained; {len(every) - len(ids)} stale)")
     return lines
 
 

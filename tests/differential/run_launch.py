@@ -52,6 +52,28 @@ def accord_launch(case: dict):
     return config, emit(config)
 
 
+ROOT = HERE.parents[1]
+
+
+def values_digest(config) -> str:
+    """A digest of Accord's resolved values, paths inside this checkout written relative to it (so
+    every checkout agrees): tells a case whose values moved (stale) from one whose values are the
+    same but whose emitted command changed (the emitter changed)."""
+    import hashlib
+
+    from accord.resolver.frozen import thaw
+
+    def plain(value):
+        if isinstance(value, str) and value.startswith(str(ROOT) + "/"):
+            return value[len(str(ROOT)) + 1:]
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value
+
+    values = {k: plain(v) for k, v in thaw(dict(config.values)).items()}
+    return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def upstream_args(system: str, args: list[str]) -> list[str]:
     """The emitted words with the fixture's model folders named by hub id again, which the oracle
     maps to its own copies of the same folders."""
@@ -167,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         if config is None:
             rejected += 1
             continue
-        kept.append({**case, "emitted": upstream_args(case["system"], launch.args), "env": dict(launch.env)})
+        kept.append({**case, "emitted": upstream_args(case["system"], launch.args), "env": dict(launch.env),
+                     "values_sha": values_digest(config)})
     fixture: dict = {"generator": {"seed": opts.seed, "llm": opts.llm, "diffusion": opts.diffusion,
                                    "hand_only": opts.hand_only, "sglang": "0.5.23"},
                      "cases": kept, "oracle": {}}
