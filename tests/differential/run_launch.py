@@ -7,7 +7,10 @@ replays Accord on the same commands, checks the emitter still writes the command
 compares every field upstream decides with Accord's value.
 
 Compact on purpose: for each case only the upstream fields whose resolved value differs from
-upstream's parser default are stored (upstream_parser.yaml has the defaults, so nothing is lost).
+upstream's parser default are stored (upstream_parser.yaml has the defaults, so nothing is lost),
+one case per line, machine facts by preset name. Each case also keeps a digest of Accord's values
+(`values_sha`), so the test tells a case whose values moved since (stale: regenerate) from an
+emitter that now writes another command for the same values (a failure).
 
 usage: python -m tests.differential.run_launch [--llm N] [--diffusion N] [--seed S] [FIXTURE]
 (default: --llm 450 --diffusion 250 --seed 2727 tests/differential/fixtures/launch_oracle.json;
