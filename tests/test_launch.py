@@ -88,6 +88,20 @@ def test_no_deprecated_or_removed_upstream_spelling_is_ever_written():
     assert words[words.index("--cuda-graph-backend-decode") + 1] == "disabled"
 
 
+@pytest.mark.parametrize("typed, written", [
+    (["--enable-flashinfer-allreduce-fusion", "--tp", "2"], ["--flashinfer-allreduce-fusion-backend", "auto"]),
+    (["--disable-fast-image-processor"], ["--image-processor-backend", "pil"]),
+    (["--grpc-mode"], ["--smg-grpc-mode"]),
+])
+def test_an_old_switch_is_written_as_upstreams_replacement(typed, written):
+    # each replacement is the one upstream 0.5.23's deprecation message names
+    data = dry_json("--facts", "h100", *typed)
+    words = data["command"]
+    at = words.index(written[0])
+    assert words[at:at + len(written)] == written
+    assert typed[0] not in words and not data["warnings"]
+
+
 def test_a_value_no_upstream_option_carries_is_named_in_a_warning():
     argv = ["--facts", "h100", "--model-path", QWEN, "--speculative-skip-dp-mlp-sync"]
     data = dry_json(*argv)

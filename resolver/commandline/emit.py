@@ -144,7 +144,6 @@ class LaunchSpec:
     always_explicit: Mapping[str, str]
     leave_to_upstream: Mapping[str, str]
     env: tuple[Mapping[str, Any], ...]
-    retired_spellings: frozenset[str]
 
 
 @functools.lru_cache(maxsize=None)
@@ -153,7 +152,8 @@ def load_spec(system: str) -> LaunchSpec:
     `upstream_launch.yaml`. Every setting upstream has no current option for must be accounted for
     (expressed by others, computed, or listed with its reason): a gap is a load error, not a value
     dropped at launch."""
-    (parser_data,), (launch_data,) = read_yaml_files([RULES_DIR / system / PARSER_FILE, RULES_DIR / system / LAUNCH_FILE])
+    paths = [RULES_DIR / system / PARSER_FILE, RULES_DIR / system / LAUNCH_FILE]
+    (parser_data,), (launch_data,) = read_yaml_files(paths)
     catalog = load_catalog(system)
     flags = dict(parser_data["flags"])
     for name, entry in flags.items():
@@ -171,8 +171,11 @@ def load_spec(system: str) -> LaunchSpec:
         always_explicit=dict(launch_data.get("always_explicit") or {}),
         leave_to_upstream=dict(launch_data.get("leave_to_upstream") or {}),
         env=tuple(launch_data.get("env") or ()),
-        retired_spellings=frozenset(launch_data.get("retired_spellings") or ()),
     )
+    for source in [e["value"] for e in written_as] + [e["holds"] for e in written_as if "holds" in e] \
+            + [e["when"] for e in written_as if "when" in e] + [e["when"] for e in spec.env] \
+            + [e["check"] for e in spec.expressed_by.values() if "check" in e]:
+        _expr(source)  # a typo in an expression is a load error, not a wrong command later
     accounted = set(spec.expressed_by) | computed | set(spec.no_upstream_flag)
     gaps = sorted((set(spec.missing) | set(spec.deprecated)) - accounted)
     unknown = sorted((accounted | set(spec.always_explicit) | set(spec.leave_to_upstream)) - set(catalog.flags))
@@ -275,6 +278,11 @@ def emit(config: ResolvedConfig, launcher: Sequence[str] | None = None) -> Launc
             continue
         options.append(Option(entry["flag"], entry.get("form", "value"), value, tuple(entry["carries"]),
                               entry.get("dest", entry["flag"][2:].replace("-", "_"))))
+    for name, entry in spec.expressed_by.items():
+        if name in config.values and "check" in entry and not _eval(entry["check"], env):
+            warnings.append(_lost(catalog[name].primary, config.values[name], (config.provenance.get(name) or {})
+                                  .get("source", "default"), f"it is carried by {', '.join(entry['by'])}, "
+                                  f"which do not say the same", spec.upstream))
     env_out = {item["name"]: str(item["value"]) for item in spec.env if _eval(item["when"], env)}
     return Launch(config.system, tuple(launcher) if launcher else spec.launcher, tuple(options),
                   env_out, config.values, tuple(warnings), left)
