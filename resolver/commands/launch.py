@@ -36,8 +36,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help='with --dry-run: print {"command", "env", "values", "warnings"} as JSON')
     parser.add_argument("--emit-config", metavar="FILE",
-                        help="write the options as an upstream --config YAML file and print the "
-                             "command that uses it, instead of starting it")
+                        help="write the options as an upstream --config YAML file (whole or not at "
+                             "all) and print the command that uses it, instead of starting it")
 
 
 def main(argv: list[str]) -> int:
@@ -52,6 +52,8 @@ def main(argv: list[str]) -> int:
         return print_conflict(err, opts.json)
     launch = emit(config, launcher)
     if opts.json:
+        if opts.emit_config:
+            config_file(launch, opts.emit_config)
         data = launch.to_dict()
         data["resolve_warnings"] = list(config.warnings)
         print(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
@@ -59,16 +61,17 @@ def main(argv: list[str]) -> int:
     for line in (*config.warnings, *launch.warnings):
         print(f"warning: {line}", file=sys.stderr)
     if opts.emit_config:
-        return write_config(launch, opts.emit_config)
+        print(config_file(launch, opts.emit_config))
+        return 0
     if opts.dry_run:
         print(launch.shell())
         return 0
     return exec_launch(launch)
 
 
-def write_config(launch: Launch, path: str) -> int:
-    """Write the upstream --config YAML whole (a temporary file renamed over the target), then print
-    the command that starts upstream with it."""
+def config_file(launch: Launch, path: str) -> str:
+    """Write the upstream --config YAML whole (a temporary file renamed over the target); return the
+    shell line that starts upstream with it."""
     import yaml
 
     style = load_spec(launch.system).config_keys
@@ -89,8 +92,7 @@ def write_config(launch: Launch, path: str) -> int:
                          f"folder you can write to.") from None
     assigns = [f"{name}={shlex.quote(value)}" for name, value in sorted(launch.env.items())]
     words = [*launch.launcher, "--config", path, *rest]
-    print(" ".join([*assigns, *(shlex.quote(w) for w in words)]))
-    return 0
+    return " ".join([*assigns, *(shlex.quote(w) for w in words)])
 
 
 def exec_launch(launch: Launch) -> int:
