@@ -126,10 +126,29 @@ HAND = [
 ]
 
 
+# Diffusion: the retired warmup switches, breakable CUDA graphs, CFG parallelism and residency the
+# user sets. (name, preset, argv after --model-path)
+FLUX, QIMG, WAN = "black-forest-labs/FLUX.1-dev", "Qwen/Qwen-Image", "Wan-AI/Wan2.1-T2V-14B-Diffusers"
+HAND_DIFFUSION = [
+    ("server-warmup", "h100", [FLUX, "--server-warmup"]),
+    ("warmup", "h100", [FLUX, "--warmup"]),
+    ("bcg-resolutions", "h100", [QIMG, "--enable-breakable-cuda-graph", "--warmup-resolutions", "1328x1328"]),
+    ("cfg-parallel-2", "h100", [QIMG, "--num-gpus", "2", "--enable-cfg-parallel"]),
+    ("ulysses-4", "b200", [WAN, "--num-gpus", "4", "--ulysses-degree", "4"]),
+    ("residency-typed", "l40s", [FLUX, "--dit-cpu-offload", "true", "--text-encoder-cpu-offload", "false"]),
+    ("layerwise", "h100", [WAN, "--dit-layerwise-offload", "true"]),
+    ("fsdp-8", "h100", [WAN, "--num-gpus", "8", "--use-fsdp-inference", "true"]),
+]
+
+
 def hand_cases() -> list[dict]:
-    return [{"id": f"h-{name}", "system": "llm", "preset": preset, "facts": gen_llm.oracle_facts(preset),
-             "accord_facts": list(facts), "argv": ["--model-path", *argv]}
-            for name, preset, facts, argv in HAND]
+    cases = [{"id": f"h-{name}", "system": "llm", "preset": preset, "facts": gen_llm.oracle_facts(preset),
+              "accord_facts": list(facts), "argv": ["--model-path", *argv]}
+             for name, preset, facts, argv in HAND]
+    cases += [{"id": f"hd-{name}", "system": "diffusion", "preset": preset,
+               "facts": diffusion_gen.oracle_facts(preset), "argv": ["--model-path", *argv]}
+              for name, preset, argv in HAND_DIFFUSION]
+    return cases
 
 
 # Upstream fields the test never compares (tests/differential/launch_exceptions.yaml says why): not kept.
