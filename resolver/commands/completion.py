@@ -18,7 +18,7 @@ from accord.resolver.language.catalog import SYSTEMS, Catalog, Flag, load_catalo
 
 SHELLS = ("bash", "zsh")
 # Subcommands that take launch flags; the others only get --help.
-LAUNCH_COMMANDS = ("resolve", "why", "serve", "matrix")
+LAUNCH_COMMANDS = ("resolve", "why", "launch", "serve", "matrix")
 OWN_OPTIONS = ("--system", "--config", "--facts", "--fact", "--help")
 FLAGS_OPTIONS = ("--system", "--group", "--json", "--help")
 MATRIX_OPTIONS = ("--system", "--facts", "--axes", "--values", "--strategy", "--max-rows", "--seed",

@@ -59,9 +59,10 @@ def _open_help_with_examples(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
-def resolve_command(argv: list[str], prog: str) -> tuple[argparse.Namespace, ParsedFlags, dict]:
-    """Parse a launch command and load its facts (shared by resolve, why and serve)."""
-    opts, parsed = parse_flags(argv, add_options=add_options, prog=prog)
+def resolve_command(argv: list[str], prog: str, options=None) -> tuple[argparse.Namespace, ParsedFlags, dict]:
+    """Parse a launch command and load its facts (shared by resolve, why, serve and launch);
+    `options` adds the command's own options (default: resolve's)."""
+    opts, parsed = parse_flags(argv, add_options=options or add_options, prog=prog)
     model_path = parsed.values.get("model_path")
     facts = load_facts(opts.facts, opts.fact, model_path=model_path, system=parsed.system)
     note = model_path_warning(model_path, parsed.system) if model_path is not None else None

@@ -170,7 +170,10 @@ class RuleSet:
 
 DERIVED_FILE = "derived.yaml"
 UPSTREAM_SPELLINGS_FILE = "upstream_spellings.yaml"
-NOT_RULE_FILES = ("coverage.yaml", DERIVED_FILE, UPSTREAM_SPELLINGS_FILE)
+# What `accord launch` knows of upstream's command line (resolver/commandline/emit.py): data, not rules.
+UPSTREAM_PARSER_FILE = "upstream_parser.yaml"
+UPSTREAM_LAUNCH_FILE = "upstream_launch.yaml"
+NOT_RULE_FILES = ("coverage.yaml", DERIVED_FILE, UPSTREAM_SPELLINGS_FILE, UPSTREAM_PARSER_FILE, UPSTREAM_LAUNCH_FILE)
 
 
 def rule_files(system: str, root: Path = RULES_DIR) -> list[Path]:

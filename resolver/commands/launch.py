@@ -1,0 +1,114 @@
+"""`accord launch`: resolve a launch command, then start upstream SGLang exactly as resolved.
+
+The command handed to upstream is written by `resolver.commandline.emit` so that upstream's own
+parsing and resolution hold Accord's values (explicit options where upstream would decide otherwise
+or from facts it probes, current spellings only, the environment variables upstream reads). A value
+no upstream option can carry is named in a warning, never dropped silently.
+
+Exit codes: 0 started (the process becomes the launcher; with --dry-run or --emit-config, printed or
+written), 2 bad usage, 3 no legal configuration (the usual conflict report), 127 launcher not found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+
+from accord.resolver.api import ConflictError, resolve
+from accord.resolver.commandline.emit import Launch, check_launcher, emit, load_spec
+from accord.resolver.commands.options import add_fact_options
+from accord.resolver.commands.resolve import print_conflict, resolve_command
+from accord.resolver.errors import UsageError
+
+EXIT_LAUNCHER_MISSING = 127
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    add_fact_options(parser)
+    parser.add_argument("--launcher", metavar="COMMAND",
+                        help="the command that starts upstream, as one shell string (default: the "
+                             "system's `launcher` in rules/<system>/upstream_launch.yaml)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the command and its environment instead of starting it")
+    parser.add_argument("--json", action="store_true",
+                        help='with --dry-run: print {"command", "env", "values", "warnings"} as JSON')
+    parser.add_argument("--emit-config", metavar="FILE",
+                        help="write the options as an upstream --config YAML file (whole or not at "
+                             "all) and print the command that uses it, instead of starting it")
+
+
+def main(argv: list[str]) -> int:
+    opts, parsed, facts = resolve_command(argv, "accord launch", add_options)
+    if opts.json and not opts.dry_run:
+        raise UsageError("--json goes with --dry-run (a started server prints its own output); "
+                         "add --dry-run, or drop --json.")
+    launcher = check_launcher(shlex.split(opts.launcher)) if opts.launcher is not None else None
+    try:
+        config = resolve(parsed.system, parsed.values, facts, parsed.sources, warnings=parsed.warnings)
+    except ConflictError as err:
+        return print_conflict(err, opts.json)
+    launch = emit(config, launcher)
+    if opts.json:
+        if opts.emit_config:
+            config_file(launch, opts.emit_config)
+        data = launch.to_dict()
+        data["resolve_warnings"] = list(config.warnings)
+        print(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
+        return 0
+    for line in (*config.warnings, *launch.warnings):
+        print(f"warning: {line}", file=sys.stderr)
+    if opts.emit_config:
+        print(config_file(launch, opts.emit_config))
+        return 0
+    if opts.dry_run:
+        print(launch.shell())
+        return 0
+    return exec_launch(launch)
+
+
+def config_file(launch: Launch, path: str) -> str:
+    """Write the upstream --config YAML whole (a temporary file renamed over the target); return the
+    shell line that starts upstream with it."""
+    import yaml
+
+    style = load_spec(launch.system).config_keys
+    data, rest = launch.config_file(style)
+    text = ("# upstream --config file written by `accord launch --emit-config`\n"
+            + yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+    tmp = f"{path}.accord-tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except OSError as err:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise UsageError(f"cannot write --emit-config file {path}: {err.strerror}. Give a path in a "
+                         f"folder you can write to.") from None
+    assigns = [f"{name}={shlex.quote(value)}" for name, value in sorted(launch.env.items())]
+    words = [*launch.launcher, "--config", path, *rest]
+    return " ".join([*assigns, *(shlex.quote(w) for w in words)])
+
+
+def exec_launch(launch: Launch) -> int:
+    """Replace this process with the launcher (its environment: ours plus the launch's)."""
+    env = dict(os.environ)
+    env.update(launch.env)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(launch.command[0], launch.command, env)
+    except FileNotFoundError:
+        print(f"accord launch: launcher {launch.command[0]!r} not found on PATH; install upstream "
+              f"SGLang or give the command with --launcher.", file=sys.stderr)
+        return EXIT_LAUNCHER_MISSING
+    except PermissionError:
+        print(f"accord launch: launcher {launch.command[0]!r} is not executable; give a runnable "
+              f"command with --launcher.", file=sys.stderr)
+        return EXIT_LAUNCHER_MISSING
+    return 0  # not reached: execvpe only returns by raising
