@@ -6,11 +6,12 @@ of the best of the one before, because the speed axes multiply into millions of 
 
 1. layout: every combination of the parallel sizes (tp, dp, pp, ep, DP attention), judged against
    the baseline's resolve (`Pinning`); each legal one is resolved and predicted as resolved;
-2. kernels: for the best layouts (a beam: half by throughput, half by tokens/s per user, plus the
-   baseline's), each attention / MoE backend, KV dtype, page size (and quantization when allowed)
-   first on its own, then every combination of the values legal on their own;
-3. scheduling: for the best of those, chunked prefill, the running-request cap, the CUDA-graph batch
-   cap (and the speculative steps when a draft is given).
+2. attention: for the best layouts (a beam: half by throughput per GPU, half by tokens/s per user,
+   plus the baseline's), the attention backend, KV dtype and page size, each value first on its
+   own, then every combination of the values legal on their own;
+3. weights: the MoE runner backend (models with experts) and quantization (when allowed);
+4. scheduling: chunked prefill, the running-request cap, the CUDA-graph batch cap (and the
+   speculative steps when a draft is given).
 
 What the axes are and which values they try is data (`search:` in rules/<system>/data/costs.yaml);
 a flag the user typed is no axis: it stays as typed in every candidate, and the model path is never
@@ -37,7 +38,6 @@ from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.solving.pinning import Pinning
 from accord.resolver.solving.solve import Env, Plan
 
-STAGES = ("layout", "kernels", "scheduling")
 MODEL_FLAG = "model_path"
 
 
@@ -140,6 +140,9 @@ class Search:
         self.device, _ = self.costs.device(facts)   # an unknown GPU fails before any search
         self.allow_quantization = allow_quantization
         self.beam = {**self.costs.data["search"]["beam"], **(beam or {})}
+        self.stages = [name for name in self.costs.data["search"] if name != "beam"]
+        if self.stages[:1] != ["layout"]:
+            raise UsageError("costs.yaml: the first search stage must be `layout` (the parallel sizes).")
         self.model_extra = model_config_extra(self.user.get(MODEL_FLAG), system)
         self._derived = {d.id: d for d in self.plan.ruleset.derived}
         self.judged = 0
@@ -223,11 +226,10 @@ class Search:
                    if p.get("source") == "relax"}
         base_user = {**self.user, **relaxed}
         base_values = dict(baseline_config.values)
-        layout_axes = self.axes("layout", base_values)
-        kernel_axes = self.axes("kernels", base_values)
-        sched_axes = self.axes("scheduling", base_values)
+        stage_axes = {stage: self.axes(stage, base_values) for stage in self.stages}
+        layout_axes = stage_axes["layout"]
         # The baseline as a candidate: every axis at its resolved value, judged like the others.
-        baseline_pins = {n: base_values[n] for axes in (layout_axes, kernel_axes, sched_axes) for n in axes}
+        baseline_pins = {n: base_values[n] for axes in stage_axes.values() for n in axes}
         baseline_pins.update(relaxed)
         root = Pinning(self.plan, self.user, self.facts, baseline_config)
 
@@ -252,38 +254,17 @@ class Search:
             if found is not None:
                 layouts.append((found, config))
 
-        # Stage 2: kernels on the best layouts.
-        chosen = self.best([c for c, _ in layouts], self.beam["layout"], must=base_layout)
-        kernel_pool: list[tuple[Candidate, Pinning]] = []
-        for layout, config in layouts:
-            if not any(layout is c for c in chosen):
-                continue
-            pinning = Pinning(self.plan, {**self.user, **layout.pins}, self.facts, config)
-            singles = {name: [v for v in values if self.judge(pinning, {name: v}, layout.pins)]
-                       for name, values in kernel_axes.items()}
-            for combo in _product(singles):
-                if len(combo) > 1 and not self.judge(pinning, combo, layout.pins):
-                    continue
-                found = self.predict(pinning.environment(_set(combo)), {**layout.pins, **combo}, "kernels")
-                if found is not None:
-                    kernel_pool.append((found, pinning))
-                    pool.append(found)
-
-        # Stage 3: scheduling on the best layout + kernel choices (and the baseline's).
-        base_kernels = {**base_layout, **{n: base_values[n] for n in kernel_axes}}
-        chosen = self.best([c for c, _ in kernel_pool], self.beam["kernels"], must=base_kernels)
-        for candidate, pinning in kernel_pool:
-            if not any(candidate is c for c in chosen):
-                continue
-            kernels = {k: v for k, v in candidate.pins.items() if k not in pinning.user}
-            for combo in _product(sched_axes):
-                pins = {**kernels, **combo}
-                if not self.judge(pinning, pins, {k: v for k, v in candidate.pins.items() if k in pinning.user}):
-                    continue
-                found = self.predict(pinning.environment(_set(pins)), {**candidate.pins, **combo}, "scheduling")
-                if found is not None:
-                    pool.append(found)
-
+        # Later stages: each expands the best of the one before (and the baseline's values).
+        parents = [(c, Pinning(self.plan, {**self.user, **c.pins}, self.facts, config)) for c, config in layouts]
+        must = dict(base_layout)
+        previous = "layout"
+        for stage in self.stages[1:]:
+            axes = stage_axes[stage]
+            chosen = {id(c) for c in self.best([c for c, _ in parents], self.beam[previous], must=must)}
+            parents = [(c, p) for c, p in parents if id(c) in chosen]
+            parents = self.expand(parents, axes, stage, pool) + parents
+            must.update({n: base_values[n] for n in axes})
+            previous = stage
         # The baseline's prediction comes from its own resolve; None: no KV room at this workload.
         predicted = self.costs.predict(self.reader(self.config_env(baseline_config, base_user)), self.facts,
                                        self.workload, self.model_extra)
@@ -292,6 +273,28 @@ class Search:
         if _key(baseline_pins) not in self.judged_keys:  # always judged, like every candidate
             self.judge(root, baseline_pins)
         return self.rank(pool, baseline, source)
+
+    def expand(self, parents: list[tuple[Candidate, Pinning]], axes: Mapping[str, list[Any]], stage: str,
+               pool: list[Candidate]) -> list[tuple[Candidate, Pinning]]:
+        """Each parent with every legal combination of the stage's values: each value is judged on
+        its own first, then every combination of the values legal on their own."""
+        found: list[tuple[Candidate, Pinning]] = []
+        if not axes:
+            return found
+        for parent, pinning in parents:
+            fixed = {k: v for k, v in parent.pins.items() if k in pinning.user}
+            extra = {k: v for k, v in parent.pins.items() if k not in pinning.user}
+            singles = {name: [v for v in values if self.judge(pinning, {**extra, name: v}, fixed)]
+                       for name, values in axes.items()}
+            for combo in _product(singles):
+                pins = {**extra, **combo}
+                if len(combo) > 1 and not self.judge(pinning, pins, fixed):
+                    continue
+                candidate = self.predict(pinning.environment(_set(pins)), {**parent.pins, **combo}, stage)
+                if candidate is not None:
+                    found.append((candidate, pinning))
+                    pool.append(candidate)
+        return found
 
     def baseline_config(self) -> tuple[ResolvedConfig, str]:
         """What `accord resolve` picks for the user's command; with `--relax` when it conflicts."""
@@ -461,6 +464,14 @@ def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 def _unique(found: list[Candidate]) -> list[Candidate]:
     seen: set[int] = set()
     return [c for c in found if not (id(c) in seen or seen.add(id(c)))]
+
+
+def predict_launch(system: str, user: Mapping[str, Any], facts: Mapping[str, Any], workload: Workload,
+                   cost_model: CostModel | None = None) -> dict[str, Any] | None:
+    """The prediction for one launch command as `accord resolve` resolves it (None: no KV room)."""
+    search = Search(system, user, facts, workload, cost_model=cost_model)
+    config = resolve(system, user, facts)
+    return search.costs.predict(search.reader(search.config_env(config, user)), facts, workload, search.model_extra)
 
 
 def tune(system: str, user: Mapping[str, Any], facts: Mapping[str, Any], workload: Workload,
