@@ -66,7 +66,8 @@ def test_every_shown_candidate_resolves_as_is(llama70b_h100, capsys):
 def test_the_search_judges_many_and_counts_exclusions_by_rule_family(llama70b_h100):
     _, result = llama70b_h100
     assert result.legal >= 1000
-    assert result.judged > result.legal and sum(result.pruned.values()) >= result.judged - result.legal
+    assert 0 < result.excluded < result.judged
+    assert result.excluded <= sum(result.pruned.values())   # each exclusion names at least one family
     assert all(family.endswith(".") or family == "(joint)" for family in result.pruned)
     assert "par." in result.pruned   # tp x dp x pp beyond 8 GPUs is excluded by the parallel rules
 

@@ -146,9 +146,9 @@ def render(result: TuneResult, top: int) -> str:
     lines.append(f"base = what `accord {result.baseline_source}` picks for this command"
                  + ("" if result.sla else "; * = on the Pareto frontier"))
     pruned = ", ".join(f"{k} {v}" for k, v in sorted(result.pruned.items(), key=lambda kv: (-kv[1], kv[0])))
-    lines.append(f"judged {result.judged} combinations: {result.legal} legal ({result.no_fit} without KV room"
-                 + (f", {result.missed_sla} missing the SLA" if result.sla else "") + f"); excluded by rule family: "
-                 + (pruned or "none"))
+    lines.append(f"judged {result.judged} combinations, {result.excluded} excluded by rule family: {pruned or 'none'}; "
+                 f"predicted {result.legal} legal candidates ({result.no_fit} without KV room"
+                 + (f", {result.missed_sla} missing the SLA" if result.sla else "") + ")")
     if result.versus:
         lines.append(f"why #1: {result.versus}")
     if result.candidates:

@@ -83,7 +83,8 @@ class TuneResult:
     baseline_source: str            # "resolve" or "resolve --relax"
     candidates: list[Candidate]     # ranked, best first (all that qualify; the caller shows the top N)
     judged: int                     # combinations the solver judged
-    legal: int                      # of them legal, and predicted
+    excluded: int                   # of them illegal
+    legal: int                      # legal candidates predicted
     pruned: dict[str, int]          # by rule family: combinations excluded
     no_fit: int                     # legal, but no KV room for one request
     missed_sla: int
@@ -99,6 +100,7 @@ class TuneResult:
             "baseline": {**self.baseline.to_dict(), "source": self.baseline_source},
             "candidates": [c.to_dict() for c in self.candidates[:top]],
             "evaluated": self.judged,
+            "excluded": self.excluded,
             "legal": self.legal,
             "pruned": dict(sorted(self.pruned.items())),
             "no_fit": self.no_fit,
@@ -146,6 +148,7 @@ class Search:
         self.model_extra = model_config_extra(self.user.get(MODEL_FLAG), system)
         self._derived = {d.id: d for d in self.plan.ruleset.derived}
         self.judged = 0
+        self.excluded = 0
         self.legal = 0
         self.no_fit = 0
         self.pruned: dict[str, int] = {}
@@ -188,6 +191,7 @@ class Search:
         groups = pinning.first_exclusion(pins)
         if groups is None:
             return True
+        self.excluded += 1
         families = sorted({_family(rule.id) for group in groups for rule in group}) or ["(joint)"]
         for family in families:
             self.pruned[family] = self.pruned.get(family, 0) + 1
@@ -348,7 +352,7 @@ class Search:
             if done is not None:
                 shown.append(done)
         shown.sort(key=order)
-        result = TuneResult(baseline, source, shown, self.judged, self.legal, self.pruned, self.no_fit,
+        result = TuneResult(baseline, source, shown, self.judged, self.excluded, self.legal, self.pruned, self.no_fit,
                             missed, self.device, self.workload, self.sla)
         result.user_argv = self.argv({})
         result.facts = self.facts
