@@ -101,7 +101,9 @@ def main(argv: list[str]) -> int:
     sla = SLA(opts.max_ttft_ms, opts.max_tpot_ms)
     costs = CostModel.for_system(parsed.system, opts.calibration)
     try:
-        result = tune(parsed.system, parsed.values, facts, workload, sla, opts.allow_quantization, costs)
+        # measuring ranks only candidates with distinct predictions (equal ones would measure noise)
+        beam = {"verify": max(opts.top, 12), "distinct": int(measuring)}
+        result = tune(parsed.system, parsed.values, facts, workload, sla, opts.allow_quantization, costs, beam)
     except ConflictError as err:
         return resolve_cmd.print_conflict(err, opts.json)
     report = None

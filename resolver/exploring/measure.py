@@ -216,21 +216,29 @@ def fit_family_speed(rows: list[Mapping[str, Any]], current: Mapping[str, float]
 def measure_candidates(result, k: int, seconds: float, calibrate: str | None, costs: CostModel,
                        facts_args: Sequence[str], log: IO[str] = sys.stderr) -> dict[str, Any]:
     """Serve and load the top `k` candidates one after another; the report `--json` carries."""
-    chosen = result.candidates[:k]
+    # The top K whose predictions differ: candidates the model cannot tell apart would only
+    # measure noise against each other.
+    chosen, seen = [], set()
+    for candidate in result.candidates:
+        figure = candidate.predicted["throughput_tok_s"]
+        if figure not in seen and len(chosen) < k:
+            chosen.append(candidate)
+            seen.add(figure)
     if len(chosen) < k:
         print(f"accord tune: only {len(chosen)} candidate(s) to measure (asked for {k}).", file=log)
     vocab = int(result.facts.get("model.vocab_size") or 256)
     rows = []
     with tempfile.TemporaryDirectory(prefix="accord-tune-") as tmp:
         for rank, candidate in enumerate(chosen, 1):
-            print(f"accord tune: measuring #{rank}: {' '.join(candidate.argv)}", file=log, flush=True)
+            print(f"accord tune: measuring #{result.candidates.index(candidate) + 1}: {' '.join(candidate.argv)}",
+                  file=log, flush=True)
             with ServedCandidate(candidate.argv, facts_args, Path(tmp)) as server:
                 try:
                     server.wait_ready()
                     measured = load(server.port, result.workload, seconds, vocab, seed=rank)
                 except RuntimeError as err:
                     measured = {"error": str(err)}
-            rows.append({"rank": rank, "argv": candidate.argv, "family": candidate.family,
+            rows.append({"rank": result.candidates.index(candidate) + 1, "argv": candidate.argv, "family": candidate.family,
                          "predicted": candidate.predicted, "measured": measured})
     ok = [r for r in rows if r["measured"].get("throughput_tok_s")]
     rho = spearman([r["predicted"]["throughput_tok_s"] for r in ok], [r["measured"]["throughput_tok_s"] for r in ok])

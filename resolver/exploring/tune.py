@@ -345,9 +345,13 @@ class Search:
         # The shown candidates are resolved for real: their argv must resolve as is, and the
         # prediction is redone from the resolved values (the search read them from an example).
         shown = []
+        seen: set[float] = set()
         for c in found:
             if len(shown) >= self.beam.get("verify", 12):
                 break
+            if self.beam.get("distinct") and c.predicted["throughput_tok_s"] in seen:
+                continue   # `--measure`: only candidates the model tells apart are worth measuring
+            seen.add(c.predicted["throughput_tok_s"])
             done = self.finish(c)
             if done is not None:
                 shown.append(done)
@@ -436,7 +440,7 @@ def versus(a: Candidate, b: Candidate) -> str:
         x, y = pa.get(key) or 0, pb.get(key) or 0
         return abs(math.log((x + 1e-9) / (y + 1e-9))) if x > 0 and y > 0 else (1.0 if x != y else 0.0)
 
-    label, key = max(figures, key=lambda f: change(f[1]))
+    label, key = ("GPUs", "gpus") if pa["gpus"] != pb["gpus"] else max(figures, key=lambda f: change(f[1]))
     gain = pa["throughput_per_gpu"] / pb["throughput_per_gpu"] - 1 if pb["throughput_per_gpu"] else 0
     return (f"the winner predicts {pa['throughput_per_gpu']:g} vs {pb['throughput_per_gpu']:g} tok/s per GPU "
             f"({gain:+.1%}) and {pa['tok_s_per_user']:g} vs {pb['tok_s_per_user']:g} tok/s per user: "
