@@ -232,7 +232,9 @@ class CostModel:
         def loaded(batch: float) -> tuple[float, float, dict]:
             """(TPOT, plain decode step, parts) with `batch` requests per rank, prefills included."""
             step, parts = token_time(batch)
-            return step + batch / workload.output_len * prefill_shared, step, parts
+            # Under DP attention the ranks step together, so every rank's prefills stall them all.
+            stalls = batch * (dp if dpa else 1) / workload.output_len * prefill_shared
+            return step + stalls, step, parts
 
         saturated = False
         if workload.request_rate is None:

@@ -117,11 +117,12 @@ class TuneResult:
 
 def tie_break(candidate: Candidate, baseline: Candidate) -> tuple:
     """Between candidates the cost model cannot tell apart: the one closest to the baseline (fewest
-    flags changed from what `accord resolve` picks), then the shortest and alphabetically first
-    command. One function, so the project's shared preference ranking can replace it."""
-    changed = sum(1 for name, value in candidate.pins.items()
-                  if describe_value(baseline.pins.get(name)) != describe_value(value))
-    return (changed, len(candidate.argv), shlex.join(candidate.argv))
+    flags changed from what `accord resolve` picks), then the one setting fewest flags, then the
+    alphabetically first settings. One function, so the project's shared preference ranking can
+    replace it."""
+    pins = _set(candidate.pins)
+    changed = sum(1 for name, value in pins.items() if describe_value(baseline.pins.get(name)) != describe_value(value))
+    return (changed, len(pins), _key(pins))
 
 
 # -- the search -------------------------------------------------------------------------------
@@ -288,8 +289,14 @@ class Search:
         for parent, pinning in parents:
             fixed = {k: v for k, v in parent.pins.items() if k in pinning.user}
             extra = {k: v for k, v in parent.pins.items() if k not in pinning.user}
-            singles = {name: [v for v in values if self.judge(pinning, {**extra, name: v}, fixed)]
-                       for name, values in axes.items()}
+            # A value the parent already runs with is left unset (None): the command stays short,
+            # and the prediction still reads what it resolves to.
+            env = pinning.environment(_set(extra))
+            singles = {}
+            for name, values in axes.items():
+                current = describe_value(env.flag(name))
+                tried = list({describe_value(v): (None if describe_value(v) == current else v) for v in values}.values())
+                singles[name] = [v for v in tried if v is None or self.judge(pinning, {**extra, name: v}, fixed)]
             for combo in _product(singles):
                 pins = {**extra, **combo}
                 if len(combo) > 1 and not self.judge(pinning, pins, fixed):
@@ -325,7 +332,6 @@ class Search:
     def rank(self, pool: list[Candidate], baseline: Candidate, source: str) -> TuneResult:
         unique: dict[tuple, Candidate] = {}
         for c in pool:  # two pin sets that resolve alike are one candidate: keep the closer one
-            c.argv = self.argv(c.pins)
             kept = unique.get(c.effective)
             if kept is None or tie_break(c, baseline) < tie_break(kept, baseline):
                 unique[c.effective] = c
