@@ -25,6 +25,8 @@ from accord.resolver.exploring.tune import SLA, TuneResult, tune
 from accord.resolver.facts.machine import load_facts
 from accord.resolver.facts.model import model_path_warning
 
+MEASURABLE_GAP = 0.02   # closer predictions are within what the cost model can claim to tell apart
+
 
 def add_options(parser: argparse.ArgumentParser) -> None:
     add_fact_options(parser)
@@ -101,8 +103,9 @@ def main(argv: list[str]) -> int:
     sla = SLA(opts.max_ttft_ms, opts.max_tpot_ms)
     costs = CostModel.for_system(parsed.system, opts.calibration)
     try:
-        # measuring ranks only candidates with distinct predictions (equal ones would measure noise)
-        beam = {"verify": max(opts.top, 12), "distinct": int(measuring)}
+        # Measuring ranks only candidates whose predicted throughputs differ by more than
+        # MEASURABLE_GAP: closer ones would measure noise against each other.
+        beam = {"verify": max(opts.top, 12, 10 * (opts.measure or 0)), "distinct": MEASURABLE_GAP if measuring else 0}
         result = tune(parsed.system, parsed.values, facts, workload, sla, opts.allow_quantization, costs, beam)
     except ConflictError as err:
         return resolve_cmd.print_conflict(err, opts.json)

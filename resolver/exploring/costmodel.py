@@ -167,7 +167,7 @@ class CostModel:
         hbm = dev["hbm_gb_s"] * 1e9 / share
         fp8 = bool(derived("fp8_gemm")) and "fp8" in dev["tflops"]
         peak = dev["tflops"]["fp8" if fp8 else "bf16"] * 1e12 / share
-        eff = {**d["attention_efficiency"], **(dev.get("attention_efficiency") or {})}
+        eff = d["attention_efficiency"]
         family = str(role("decode_attention") or role("attention") or "default")
         a_dec = eff.get(family, eff["default"])["decode_bw"]
         p_family = str(role("prefill_attention") or role("attention") or "default")
@@ -195,10 +195,11 @@ class CostModel:
                 comm += (moe_layers / pp) * 2 * all_to_all(ep, msg * topk)  # dispatch and combine
             else:
                 comm += (layers / pp) * all_reduce(tp, msg)  # after the MLP / MoE
+            fixed_attention = layers * float((dev.get("attention_layer_us") or {}).get(family, 0)) * 1e-6
             eager = graphs_off or batch > graph_max
             fixed = over["step_us"] * 1e-6 + (layers * over["kernels_per_layer"] * over["kernel_launch_us"] * 1e-6
                                               if eager else 0.0)
-            total = (pp * (t_stage + comm) + fixed) / speed
+            total = (pp * (t_stage + comm) + fixed + fixed_attention) / speed
             bound = "compute" if t_flops > t_weights + t_kv else ("kv" if t_kv > t_weights else "weights")
             return total, {"comm_ms": pp * comm * 1e3, "bound": bound}
 
@@ -211,7 +212,8 @@ class CostModel:
         t_attn = attn_flops / attn_tp / (peak * a_pre)
         t_read = passes * weights_gpu * pp / (hbm * gemm["decode_bw"])
         t_comm = 2 * layers * all_reduce(tp, L * hidden * dtype_bytes)
-        t_pass = passes * over["forward_pass_us"] * 1e-6
+        t_pass = passes * (over["forward_pass_us"] * 1e-6
+                           + layers * float((dev.get("attention_layer_us") or {}).get(p_family, 0)) * 1e-6)
         prefill_alone = (max(t_gemm + t_attn, t_read) + t_comm + t_pass) / speed
         per_pass = max(1, chunk // L) if chunk >= L else 1
         prefill_shared = (t_gemm + t_attn + t_comm + (t_read + t_pass) / per_pass) / speed

@@ -31,6 +31,8 @@ from accord.resolver.exploring.costmodel import CostModel, Workload
 
 READY_TIMEOUT_S = 240
 READY_LINE = "accord serve: ready"
+WARMUP_TIMEOUT_S = 60        # a candidate that cannot answer one short request in this long is not measured
+SLOWEST_MEASURED = 0.1       # candidates predicted below this fraction of #1's throughput are skipped
 
 
 def free_port() -> int:
@@ -85,11 +87,11 @@ class ServedCandidate:
         self.stop()
 
 
-def one_request(port: int, prompt: list[int], output_len: int) -> tuple[float, float, int]:
+def one_request(port: int, prompt: list[int], output_len: int, timeout: float = 300) -> tuple[float, float, int]:
     """(seconds to the first token, seconds in all, completion tokens) of one streamed completion."""
     body = json.dumps({"prompt": prompt, "max_tokens": output_len, "temperature": 0, "ignore_eos": True,
                        "stream": True, "stream_options": {"include_usage": True}})
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     start = time.monotonic()
     first = None
     tokens = 0
@@ -132,7 +134,7 @@ def load(port: int, workload: Workload, seconds: float, vocab: int, seed: int = 
     def user() -> None:
         while time.monotonic() < deadline:
             try:
-                result = one_request(port, prompt(), workload.output_len)
+                result = one_request(port, prompt(), workload.output_len, timeout=seconds + 60)
             except Exception as err:  # counted and reported; the run goes on
                 with lock:
                     errors.append(str(err)[:200])
@@ -145,7 +147,8 @@ def load(port: int, workload: Workload, seconds: float, vocab: int, seed: int = 
         threads = []
         at = time.monotonic()
         while at < deadline:
-            t = threading.Thread(target=lambda: done.append(one_request(port, prompt(), workload.output_len)))
+            t = threading.Thread(target=lambda: done.append(
+                one_request(port, prompt(), workload.output_len, timeout=seconds + 60)), daemon=True)
             t.start()
             threads.append(t)
             at += gap
@@ -153,13 +156,16 @@ def load(port: int, workload: Workload, seconds: float, vocab: int, seed: int = 
         for t in threads:
             t.join()
 
-    one_request(port, prompt(), min(4, workload.output_len))  # warm-up, not counted
+    try:  # warm-up, not counted
+        one_request(port, prompt(), min(4, workload.output_len), timeout=WARMUP_TIMEOUT_S)
+    except (OSError, http.client.HTTPException) as err:
+        raise RuntimeError(f"no answer to a warm-up request within {WARMUP_TIMEOUT_S} s ({err})") from None
     start = time.monotonic()
     deadline = start + seconds
     if workload.request_rate is not None:
         paced()
     else:
-        users = [threading.Thread(target=user) for _ in range(workload.concurrency or 1)]
+        users = [threading.Thread(target=user, daemon=True) for _ in range(workload.concurrency or 1)]
         for t in users:
             t.start()
         for t in users:
@@ -216,18 +222,41 @@ def fit_family_speed(rows: list[Mapping[str, Any]], current: Mapping[str, float]
 def measure_candidates(result, k: int, seconds: float, calibrate: str | None, costs: CostModel,
                        facts_args: Sequence[str], log: IO[str] = sys.stderr) -> dict[str, Any]:
     """Serve and load the top `k` candidates one after another; the report `--json` carries."""
-    # The top K whose predictions differ: candidates the model cannot tell apart would only
-    # measure noise against each other.
-    chosen, seen = [], set()
-    for candidate in result.candidates:
-        figure = candidate.predicted["throughput_tok_s"]
-        if figure not in seen and len(chosen) < k:
-            chosen.append(candidate)
-            seen.add(figure)
+    # The ranking under --measure already holds only candidates whose predictions differ
+    # measurably; of those, the top K, leaving out any predicted far too slow to measure in time.
+    best = result.candidates[0].predicted["throughput_tok_s"] if result.candidates else 0
+    chosen = [c for c in result.candidates if c.predicted["throughput_tok_s"] >= SLOWEST_MEASURED * best][:k]
+    skipped = [c for c in result.candidates[:k] if c not in chosen]
+    if skipped:
+        print(f"accord tune: not measuring {len(skipped)} candidate(s) predicted below {SLOWEST_MEASURED:.0%} "
+              "of #1's throughput (they would take minutes each).", file=log)
     if len(chosen) < k:
         print(f"accord tune: only {len(chosen)} candidate(s) to measure (asked for {k}).", file=log)
     vocab = int(result.facts.get("model.vocab_size") or 256)
     rows = []
+    # SIGTERM (a timeout, a closed terminal) unwinds like Ctrl-C, so every server is stopped.
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt) if threading.current_thread() is threading.main_thread() else None
+    try:
+        _serve_each(result, chosen, seconds, facts_args, vocab, rows, log)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    ok = [r for r in rows if r["measured"].get("throughput_tok_s")]
+    rho = spearman([r["predicted"]["throughput_tok_s"] for r in ok], [r["measured"]["throughput_tok_s"] for r in ok])
+    report: dict[str, Any] = {"rows": rows, "spearman_throughput": rho, "seconds_each": seconds}
+    if calibrate:
+        fitted = fit_family_speed(ok, costs.family_speed)
+        write_calibration(calibrate, fitted, result, len(ok), rho)
+        report["calibration"] = {"file": calibrate, "family_speed": fitted}
+    return report
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _serve_each(result, chosen, seconds: float, facts_args: Sequence[str], vocab: int, rows: list,
+                log: IO[str]) -> None:
     with tempfile.TemporaryDirectory(prefix="accord-tune-") as tmp:
         for rank, candidate in enumerate(chosen, 1):
             print(f"accord tune: measuring #{result.candidates.index(candidate) + 1}: {' '.join(candidate.argv)}",
@@ -240,14 +269,6 @@ def measure_candidates(result, k: int, seconds: float, calibrate: str | None, co
                     measured = {"error": str(err)}
             rows.append({"rank": result.candidates.index(candidate) + 1, "argv": candidate.argv, "family": candidate.family,
                          "predicted": candidate.predicted, "measured": measured})
-    ok = [r for r in rows if r["measured"].get("throughput_tok_s")]
-    rho = spearman([r["predicted"]["throughput_tok_s"] for r in ok], [r["measured"]["throughput_tok_s"] for r in ok])
-    report: dict[str, Any] = {"rows": rows, "spearman_throughput": rho, "seconds_each": seconds}
-    if calibrate:
-        fitted = fit_family_speed(ok, costs.family_speed)
-        write_calibration(calibrate, fitted, result, len(ok), rho)
-        report["calibration"] = {"file": calibrate, "family_speed": fitted}
-    return report
 
 
 def write_calibration(path: str, fitted: Mapping[str, float], result, n: int, rho: float | None) -> None:

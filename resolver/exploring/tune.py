@@ -348,16 +348,21 @@ class Search:
         for c in found:
             c.predicted["pareto"] = id(c) in front
         found.sort(key=order)
+        # Candidates predicted to run exactly alike are one row: the first by the tie-break.
+        alike: set[tuple] = set()
+        found = [c for c in found if not (_speed(c) in alike or alike.add(_speed(c)))]
         # The shown candidates are resolved for real: their argv must resolve as is, and the
         # prediction is redone from the resolved values (the search read them from an example).
         shown = []
-        seen: set[float] = set()
+        seen: list[float] = []
         for c in found:
             if len(shown) >= self.beam.get("verify", 12):
                 break
-            if self.beam.get("distinct") and c.predicted["throughput_tok_s"] in seen:
+            figure = c.predicted["throughput_tok_s"]
+            gap = float(self.beam.get("distinct") or 0)
+            if gap and any(abs(figure - other) <= gap * max(figure, other) for other in seen):
                 continue   # `--measure`: only candidates the model tells apart are worth measuring
-            seen.add(c.predicted["throughput_tok_s"])
+            seen.append(figure)
             done = self.finish(c)
             if done is not None:
                 shown.append(done)
@@ -451,6 +456,11 @@ def versus(a: Candidate, b: Candidate) -> str:
     return (f"the winner predicts {pa['throughput_per_gpu']:g} vs {pb['throughput_per_gpu']:g} tok/s per GPU "
             f"({gain:+.1%}) and {pa['tok_s_per_user']:g} vs {pb['tok_s_per_user']:g} tok/s per user: "
             f"{', '.join(differ) or 'same flags'}; most of it from {label} {pa.get(key)} vs {pb.get(key)}")
+
+
+def _speed(c: Candidate) -> tuple:
+    p = c.predicted
+    return (p["throughput_tok_s"], p["ttft_ms"], p["tpot_ms"], p["gpus"])
 
 
 def _family(rule_id: str) -> str:
