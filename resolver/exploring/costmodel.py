@@ -203,20 +203,25 @@ class CostModel:
             bound = "compute" if t_flops > t_weights + t_kv else ("kv" if t_kv > t_weights else "weights")
             return total, {"comm_ms": pp * comm * 1e3, "bound": bound}
 
-        # Prefill: one request alone (TTFT), and its amortized share in a busy server (throughput).
+        # Prefill: one request alone (TTFT), and the stall prefills add to each decode step of a
+        # busy server (throughput).
         L = workload.input_len
         chunk = int(role("chunk") or L) if (role("chunk") or 0) > 0 else L
         passes = math.ceil(L / chunk)
         attn_flops = 2 * 2 * layers * heads * head_dim * L * L / 2
         t_gemm = 2 * active * L / tp / (peak * gemm["prefill_flops"])
         t_attn = attn_flops / attn_tp / (peak * a_pre)
-        t_read = passes * weights_gpu * pp / (hbm * gemm["decode_bw"])
+        t_read_once = weights_gpu * pp / (hbm * gemm["decode_bw"])   # one forward pass reads the weights
         t_comm = 2 * layers * all_reduce(tp, L * hidden * dtype_bytes)
-        t_pass = passes * (over["forward_pass_us"] * 1e-6
-                           + layers * float((dev.get("attention_layer_us") or {}).get(p_family, 0)) * 1e-6)
-        prefill_alone = (max(t_gemm + t_attn, t_read) + t_comm + t_pass) / speed
-        per_pass = max(1, chunk // L) if chunk >= L else 1
-        prefill_shared = (t_gemm + t_attn + t_comm + (t_read + t_pass) / per_pass) / speed
+        t_pass_once = (over["forward_pass_us"] * 1e-6
+                       + layers * float((dev.get("attention_layer_us") or {}).get(p_family, 0)) * 1e-6)
+        prefill_alone = (max(t_gemm + t_attn, passes * t_read_once) + t_comm + passes * t_pass_once) / speed
+
+        def prefill_stall(arrivals: float) -> float:
+            """Seconds of prefill per decode step when `arrivals` requests arrive per step: below one
+            per step each gets a pass of its own; above, they share passes of up to a chunk of tokens."""
+            per_step = arrivals if arrivals < 1 else math.ceil(arrivals * L / chunk)
+            return (arrivals * (t_gemm + t_attn + t_comm) + per_step * (t_read_once + t_pass_once)) / speed
 
         # Speculative decoding: each verify step yields the expected accepted run plus one token.
         steps = int(role("spec_steps") or 0) if role("draft_model") else 0
@@ -235,7 +240,7 @@ class CostModel:
             """(TPOT, plain decode step, parts) with `batch` requests per rank, prefills included."""
             step, parts = token_time(batch)
             # Under DP attention the ranks step together, so every rank's prefills stall them all.
-            stalls = batch * (dp if dpa else 1) / workload.output_len * prefill_shared
+            stalls = prefill_stall(batch * (dp if dpa else 1) / workload.output_len)
             return step + stalls, step, parts
 
         saturated = False

@@ -116,13 +116,14 @@ class TuneResult:
 # -- the tie-break ----------------------------------------------------------------------------
 
 def tie_break(candidate: Candidate, baseline: Candidate) -> tuple:
-    """Between candidates the cost model cannot tell apart: the one closest to the baseline (fewest
-    flags changed from what `accord resolve` picks), then the one setting fewest flags, then the
+    """Between candidates the cost model cannot tell apart: the shorter command (fewest flags the
+    search sets), then the one closest to the baseline (fewest settings the cost model reads that
+    run differently from what `accord resolve` picks: an auto-selected backend stays), then the
     alphabetically first settings. One function, so the project's shared preference ranking can
     replace it."""
     pins = _set(candidate.pins)
-    changed = sum(1 for name, value in pins.items() if describe_value(baseline.pins.get(name)) != describe_value(value))
-    return (changed, len(pins), _key(pins))
+    runs_differently = sum(1 for a, b in zip(candidate.effective, baseline.effective) if a != b)
+    return (len(pins), runs_differently, _key(pins))
 
 
 # -- the search -------------------------------------------------------------------------------
@@ -216,10 +217,14 @@ class Search:
         if predicted is None:
             self.no_fit += 1
             return None
-        effective = tuple(describe_value(read(name)) for name in sorted(set(self.costs.roles.values()))
-                          if name in self.plan.catalog)
+        effective = self.effective(read)
         family = read(self.costs.roles["decode_attention"]) or read(self.costs.roles["attention"]) or "default"
         return Candidate(dict(pins), predicted, stage, effective, family=str(family))
+
+    def effective(self, read: Callable[[str], Any]) -> tuple:
+        """The values of every flag the cost model reads, in one fixed order."""
+        return tuple(describe_value(read(name)) for name in sorted(set(self.costs.roles.values()))
+                     if name in self.plan.catalog)
 
     def config_env(self, config: ResolvedConfig, user: Mapping[str, Any]) -> Env:
         return Env(self.plan, dict(user), self.facts, dict(config.values))
@@ -273,7 +278,8 @@ class Search:
         # The baseline's prediction comes from its own resolve; None: no KV room at this workload.
         predicted = self.costs.predict(self.reader(self.config_env(baseline_config, base_user)), self.facts,
                                        self.workload, self.model_extra)
-        baseline = Candidate(baseline_pins, predicted or {}, "baseline")
+        read = self.reader(self.config_env(baseline_config, base_user))
+        baseline = Candidate(baseline_pins, predicted or {}, "baseline", self.effective(read))
         baseline.argv = self.argv(relaxed)
         if _key(baseline_pins) not in self.judged_keys:  # always judged, like every candidate
             self.judge(root, baseline_pins)
@@ -341,10 +347,16 @@ class Search:
             kept = [c for c in found if self.sla.met(c.predicted)]
             missed = len(found) - len(kept)
             found = kept
+        # Throughputs closer than the model's resolution rank as equal: the tie-break then keeps
+        # what `accord resolve` picks rather than chase a difference the model cannot vouch for.
+        step = math.log1p(float(self.costs.data.get("ranking", {}).get("resolution", 0.0)) or 1e-12)
+        level = lambda x: -math.floor(math.log(max(x, 1e-9)) / step)  # noqa: E731
         # Without an SLA the Pareto frontier comes first (each marked `pareto`), then the rest.
-        front = {id(c) for c in pareto(found, lambda c: tie_break(c, baseline))} if not self.sla else set()
-        order = lambda c: (not c.predicted.get("pareto"), -c.predicted["throughput_per_gpu"],  # noqa: E731
-                           -c.predicted["throughput_tok_s"], -c.predicted["tok_s_per_user"], tie_break(c, baseline))
+        front = ({id(c) for c in pareto(found, lambda c: tie_break(c, baseline), level)}
+                 if not self.sla else set())
+        order = lambda c: (not c.predicted.get("pareto"), level(c.predicted["throughput_per_gpu"]),  # noqa: E731
+                           level(c.predicted["throughput_tok_s"]), level(c.predicted["tok_s_per_user"]),
+                           tie_break(c, baseline))
         for c in found:
             c.predicted["pareto"] = id(c) in front
         found.sort(key=order)
@@ -416,16 +428,19 @@ class Search:
         return name not in self.plan.computed and describe_value(value) == describe_value(self.plan.catalog[name].default)
 
 
-def pareto(found: list[Candidate], tie: Callable[[Candidate], tuple] = lambda c: ()) -> list[Candidate]:
-    """The candidates no other beats on both throughput per GPU and tokens/s per user (of equal
-    ones, the first by `tie`)."""
-    points = sorted(found, key=lambda c: (-c.predicted["throughput_per_gpu"], -c.predicted["tok_s_per_user"], tie(c)))
+def pareto(found: list[Candidate], tie: Callable[[Candidate], tuple] = lambda c: (),
+           level: Callable[[float], float] = lambda x: -x) -> list[Candidate]:
+    """The candidates no other beats on both throughput per GPU and tokens/s per user, compared as
+    `level` ranks them (lower is better; of equal ones, the first by `tie`)."""
+    points = sorted(found, key=lambda c: (level(c.predicted["throughput_per_gpu"]),
+                                          level(c.predicted["tok_s_per_user"]), tie(c)))
     front: list[Candidate] = []
-    best_user = -math.inf
+    best_user = math.inf
     for c in points:
-        if c.predicted["tok_s_per_user"] > best_user:
+        user = level(c.predicted["tok_s_per_user"])
+        if user < best_user:
             front.append(c)
-            best_user = c.predicted["tok_s_per_user"]
+            best_user = user
     return front
 
 
