@@ -25,7 +25,7 @@ from accord.resolver.exploring.tune import SLA, TuneResult, tune
 from accord.resolver.facts.machine import load_facts
 from accord.resolver.facts.model import model_path_warning
 
-MEASURABLE_GAP = 0.02   # closer predictions are within what the cost model can claim to tell apart
+MEASURABLE_GAP = 0.01   # closer predictions are within what the cost model can claim to tell apart
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:

@@ -197,7 +197,7 @@ class CostModel:
                 comm += (layers / pp) * all_reduce(tp, msg)  # after the MLP / MoE
             fixed_attention = layers * float((dev.get("attention_layer_us") or {}).get(family, 0)) * 1e-6
             eager = graphs_off or batch > graph_max
-            fixed = over["step_us"] * 1e-6 + (layers * over["kernels_per_layer"] * over["kernel_launch_us"] * 1e-6
+            fixed = (over["step_us"] + batch * over.get("request_token_us", 0)) * 1e-6 + (layers * over["kernels_per_layer"] * over["kernel_launch_us"] * 1e-6
                                               if eager else 0.0)
             total = (pp * (t_stage + comm) + fixed + fixed_attention) / speed
             bound = "compute" if t_flops > t_weights + t_kv else ("kv" if t_kv > t_weights else "weights")
