@@ -174,3 +174,25 @@ def test_measure_serves_the_top_candidates_on_cpu_and_stops_them(capsys, tmp_pat
     rc, again = run_json(capsys, "--facts", "cpu", "--model-path", "tiny-llama", "--input-len", "16",
                          "--output-len", "8", "--concurrency", "4", "--calibration", str(calibration))
     assert rc == 0
+
+
+def test_speculative_and_quantization_axes_only_when_asked(capsys):
+    draft = str(MODELS / "jamesliu1" / "sglang-EAGLE3-Llama-3.1-Instruct-8B")
+    rc, plain = run_json(capsys, "--facts", "h100", "--model-path", LLAMA_8B, "--concurrency", "8", "--top", "50")
+    assert rc == 0
+    for c in plain["candidates"]:
+        assert "--speculative-num-steps" not in c["argv"] and "--quantization" not in c["argv"]
+    assert "quant." not in plain["pruned"] and "spec." not in plain["pruned"]
+    rc, spec = run_json(capsys, "--facts", "h100", "--model-path", LLAMA_8B, "--speculative-algorithm", "EAGLE3",
+                        "--speculative-draft-model-path", draft, "--concurrency", "8", "--top", "50")
+    assert rc == 0
+    assert any("--speculative-num-steps" in c["argv"] for c in spec["candidates"])
+    for c in spec["candidates"]:   # the typed draft stays in every candidate
+        assert c["argv"][c["argv"].index("--speculative-draft-model-path") + 1] == draft
+
+
+def test_no_two_shown_candidates_are_predicted_alike(llama70b_h100):
+    _, result = llama70b_h100
+    speeds = [(c.predicted["throughput_tok_s"], c.predicted["ttft_ms"], c.predicted["tpot_ms"], c.predicted["gpus"])
+              for c in result.candidates]
+    assert len(speeds) == len(set(speeds))

@@ -455,8 +455,9 @@ def explain(c: Candidate, facts: Mapping[str, Any]) -> str:
 def versus(a: Candidate, b: Candidate) -> str:
     """Why `a` ranks above `b`, in one line: the flags that differ and the figure that moves most."""
     names = sorted(set(a.pins) | set(b.pins))
-    differ = [f"{n}={describe_value(a.pins.get(n))} (vs {describe_value(b.pins.get(n))})" for n in names
-              if describe_value(a.pins.get(n)) != describe_value(b.pins.get(n))]
+    shown = lambda v: "unset" if v is None else describe_value(v)  # noqa: E731
+    differ = [f"{n}={shown(a.pins.get(n))} (vs {shown(b.pins.get(n))})" for n in names
+              if shown(a.pins.get(n)) != shown(b.pins.get(n))]
     pa, pb = a.predicted, b.predicted
     figures = [("running per rank", "running_per_rank"), ("decode step ms", "decode_step_ms"),
                ("prefill ms", "prefill_ms"), ("all-reduce ms", "comm_ms"), ("GPUs", "gpus"),
