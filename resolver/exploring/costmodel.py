@@ -88,8 +88,8 @@ class CostModel:
         """Predicted figures for the launch whose flag and derived values `read(name)` gives, or
         None when the model does not fit (no KV room for one request)."""
         d = self.data
-        role = lambda r: read(self.roles[r])            # noqa: E731
-        derived = lambda r: read(self.derived_names[r])  # noqa: E731
+        role = lambda r: read(self.roles[r])          
+        derived = lambda r: read(self.derived_names[r])
         extra = dict(model_extra or {})
         _, dev = self.device(facts)
         tp, dp, pp = int(role("tp") or 1), int(role("dp") or 1), int(role("pp") or 1)

@@ -290,8 +290,8 @@ def write_calibration(path: str, fitted: Mapping[str, float], result, n: int, rh
 
 def render_report(report: Mapping[str, Any]) -> str:
     lines = ["", "# measured on this machine (Accord's own engine)",
-             f"{'#':>3} {'pred tok/s':>11} {'meas tok/s':>11} {'pred TTFT':>10} {'meas TTFT':>10} "
-             f"{'pred TPOT':>10} {'meas TPOT':>10}  requests"]
+             (f"{'#':>3} {'pred tok/s':>11} {'meas tok/s':>11} {'pred TTFT':>10} {'meas TTFT':>10} "
+              f"{'pred TPOT':>10} {'meas TPOT':>10}  requests")]
     for row in report["rows"]:
         p, m = row["predicted"], row["measured"]
         if "error" in m:

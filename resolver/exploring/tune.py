@@ -35,6 +35,7 @@ from accord.resolver.exploring.costmodel import CostModel, Workload, model_confi
 from accord.resolver.exploring.dryrun import candidate_values, values_of
 from accord.resolver.exploring.matrix import launch_words
 from accord.resolver.frozen import ResolvedConfig
+from accord.resolver.language.expr import UnknownFact
 from accord.resolver.solving.pinning import Pinning
 from accord.resolver.solving.solve import Env, Plan
 
@@ -205,7 +206,7 @@ class Search:
             if derived is not None:
                 try:
                     return derived.expr(env)
-                except Exception:  # an unknown fact: the cost model treats it as absent
+                except UnknownFact:  # the cost model treats an unknown size as absent
                     return None
             return env.flag(name)
         return read
@@ -350,11 +351,11 @@ class Search:
         # Throughputs closer than the model's resolution rank as equal: the tie-break then keeps
         # what `accord resolve` picks rather than chase a difference the model cannot vouch for.
         step = math.log1p(float(self.costs.data.get("ranking", {}).get("resolution", 0.0)) or 1e-12)
-        level = lambda x: -math.floor(math.log(max(x, 1e-9)) / step)  # noqa: E731
+        level = lambda x: -math.floor(math.log(max(x, 1e-9)) / step)
         # Without an SLA the Pareto frontier comes first (each marked `pareto`), then the rest.
         front = ({id(c) for c in pareto(found, lambda c: tie_break(c, baseline), level)}
                  if not self.sla else set())
-        order = lambda c: (not c.predicted.get("pareto"), level(c.predicted["throughput_per_gpu"]),  # noqa: E731
+        order = lambda c: (not c.predicted.get("pareto"), level(c.predicted["throughput_per_gpu"]),
                            level(c.predicted["throughput_tok_s"]), level(c.predicted["tok_s_per_user"]),
                            tie_break(c, baseline))
         for c in found:
@@ -455,7 +456,7 @@ def explain(c: Candidate, facts: Mapping[str, Any]) -> str:
 def versus(a: Candidate, b: Candidate) -> str:
     """Why `a` ranks above `b`, in one line: the flags that differ and the figure that moves most."""
     names = sorted(set(a.pins) | set(b.pins))
-    shown = lambda v: "unset" if v is None else describe_value(v)  # noqa: E731
+    shown = lambda v: "unset" if v is None else describe_value(v)
     differ = [f"{n}={shown(a.pins.get(n))} (vs {shown(b.pins.get(n))})" for n in names
               if shown(a.pins.get(n)) != shown(b.pins.get(n))]
     pa, pb = a.predicted, b.predicted
