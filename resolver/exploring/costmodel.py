@@ -123,7 +123,7 @@ class CostModel:
         # KV cache: bytes per token each GPU stores, the room left after the weights.
         kv_dtype = str(role("kv_dtype") or "auto")
         kv_elem = d["kv_bytes"].get(kv_dtype) or dtype_bytes
-        if facts.get("model.attention") in ("mla", "dsa"):
+        if facts.get("model.attention") in d["latent_kv_attention"]:
             per_layer = float((extra.get("kv_lora_rank") or 512) + (extra.get("qk_rope_head_dim") or 64))
         else:
             per_layer = 2.0 * max(1, math.ceil(kv_heads / attn_tp)) * head_dim
@@ -135,9 +135,9 @@ class CostModel:
         fraction = float(role("mem_fraction") or 0.85)
         room = mem_gib * GIB * fraction - weights_gpu
         kv_tokens = int(room // kv_token_gpu) if room > 0 and kv_token_gpu > 0 else 0
-        if role("max_total_tokens"):
-            kv_tokens = min(kv_tokens, int(role("max_total_tokens")))
-        page = int(role("page_size") or 1)
+        if role("token_budget"):
+            kv_tokens = min(kv_tokens, int(role("token_budget")))
+        page = int(role("page") or 1)
         per_request = math.ceil((workload.input_len + workload.output_len) / page) * page
         fits_per_rank = kv_tokens // per_request
         if fits_per_rank < 1:
