@@ -147,7 +147,7 @@ def render(result: TuneResult, top: int) -> str:
         own = c.argv[len(result.user_argv):]
         lines.append(f"{label:>4} {p['throughput_tok_s']:>9.0f} {p['throughput_per_gpu']:>8.0f} "
                      f"{p['tok_s_per_user']:>7.1f} {ttft:>9} {p['tpot_ms']:>8.2f} {p['gpus']:>4} "
-                     f"{p['concurrency_fits']:>6}  {shlex.join(own)}")
+                     f"{p['concurrency_fits']:>6}  {shlex.join(own) or '(the command as typed)'}")
     lines.append(f"base = what `accord {result.baseline_source}` picks for this command"
                  + ("" if result.sla else "; * = on the Pareto frontier"))
     pruned = ", ".join(f"{k} {v}" for k, v in sorted(result.pruned.items(), key=lambda kv: (-kv[1], kv[0])))
