@@ -308,3 +308,25 @@ def test_a_conflict_report_says_what_an_old_value_spelling_became(capsys):
     err = capsys.readouterr().err
     assert "you set   --attention-backend cutedsl_mla" in err
     assert "note: --attention-backend tokenspeed_mla is another name for cutedsl_mla" in err
+
+
+
+def _tune_tie(plan):
+    """Which of two tune candidates the cost model cannot tell apart (the same flags set, the same
+    predicted run) comes first on an H100: the one pinning fa3, or the one pinning flashinfer."""
+    from accord.resolver.exploring.tune import Candidate, tie_break
+    from accord.resolver.solving.solve import Env
+
+    env = Env(plan, {}, _facts("h100"), {})
+    baseline = Candidate(pins={}, predicted={}, stage="layout")
+    fa3, flashinfer = (Candidate(pins={"attention_backend": name}, predicted={}, stage="attention")
+                       for name in ("fa3", "flashinfer"))
+    return "fa3" if tie_break(fa3, baseline, env) < tie_break(flashinfer, baseline, env) else "flashinfer"
+
+
+def test_tune_breaks_ties_by_upstreams_order(plan):
+    assert _tune_tie(plan) == "fa3"
+
+
+def test_tune_tie_break_follows_the_ranking(slowest_first):
+    assert _tune_tie(slowest_first) == "flashinfer"

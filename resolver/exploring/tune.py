@@ -37,6 +37,7 @@ from accord.resolver.exploring.matrix import launch_words
 from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.language.expr import UnknownFact
 from accord.resolver.solving.pinning import Pinning
+from accord.resolver.solving.preference import slowness
 from accord.resolver.solving.solve import Env, Plan
 
 MODEL_FLAG = "model_path"
@@ -116,15 +117,16 @@ class TuneResult:
 
 # -- the tie-break ----------------------------------------------------------------------------
 
-def tie_break(candidate: Candidate, baseline: Candidate) -> tuple:
+def tie_break(candidate: Candidate, baseline: Candidate, env: Env) -> tuple:
     """Between candidates the cost model cannot tell apart: the shorter command (fewest flags the
-    search sets), then the one closest to the baseline (fewest settings the cost model reads that
-    run differently from what `accord resolve` picks: an auto-selected backend stays), then the
-    alphabetically first settings. One function, so the project's shared preference ranking can
-    replace it."""
+    search sets), then the project's shared preference ranking (upstream's own fastest-first
+    auto-selection order for backends here, `rules/preferences/`: the same data that orders fixes,
+    `--relax` and the dry run), then the one closest to the baseline (fewest settings the cost model
+    reads that run differently from what `accord resolve` picks), then the alphabetically first
+    settings. `env` is the user's launch on this machine, which the preference orders read."""
     pins = _set(candidate.pins)
     runs_differently = sum(1 for a, b in zip(candidate.effective, baseline.effective) if a != b)
-    return (len(pins), runs_differently, _key(pins))
+    return (len(pins), slowness(env.plan, sorted(pins.items()), env), runs_differently, _key(pins))
 
 
 # -- the search -------------------------------------------------------------------------------
@@ -337,10 +339,11 @@ class Search:
 
     # -- ranking and output ----------------------------------------------------------------------
     def rank(self, pool: list[Candidate], baseline: Candidate, source: str) -> TuneResult:
+        prefs = Env(self.plan, dict(self.user), self.facts, {})
         unique: dict[tuple, Candidate] = {}
         for c in pool:  # two pin sets that resolve alike are one candidate: keep the closer one
             kept = unique.get(c.effective)
-            if kept is None or tie_break(c, baseline) < tie_break(kept, baseline):
+            if kept is None or tie_break(c, baseline, prefs) < tie_break(kept, baseline, prefs):
                 unique[c.effective] = c
         found = list(unique.values())
         missed = 0
@@ -353,11 +356,11 @@ class Search:
         step = math.log1p(float(self.costs.data.get("ranking", {}).get("resolution", 0.0)) or 1e-12)
         level = lambda x: -math.floor(math.log(max(x, 1e-9)) / step)
         # Without an SLA the Pareto frontier comes first (each marked `pareto`), then the rest.
-        front = ({id(c) for c in pareto(found, lambda c: tie_break(c, baseline), level)}
+        front = ({id(c) for c in pareto(found, lambda c: tie_break(c, baseline, prefs), level)}
                  if not self.sla else set())
         order = lambda c: (not c.predicted.get("pareto"), level(c.predicted["throughput_per_gpu"]),
                            level(c.predicted["throughput_tok_s"]), level(c.predicted["tok_s_per_user"]),
-                           tie_break(c, baseline))
+                           tie_break(c, baseline, prefs))
         for c in found:
             c.predicted["pareto"] = id(c) in front
         found.sort(key=order)
