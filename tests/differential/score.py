@@ -44,8 +44,8 @@ def accord_answer(case: dict) -> dict:
     """Accord's answer for a case: status ok with values, or error with the rules that refused."""
     try:
         _, parsed = parse_flags(accord_argv(case["argv"]))
-        facts = load_facts(case["preset"], (), model_path=parsed.values.get("model_path"),
-                           system=parsed.system)
+        facts = load_facts(case["preset"], tuple(case.get("fact_overrides", ())),
+                           model_path=parsed.values.get("model_path"), system=parsed.system)
         config = resolve(parsed.system, parsed.values, facts, parsed.sources,
                          warnings=parsed.warnings)
     except ConflictError as err:
