@@ -253,11 +253,15 @@ def test_every_module_with_triton_kernels_declares_requirements():
 
 
 def test_engine_kv_dtypes_are_ones_every_kernel_stores():
-    """The engine profile's KV dtypes (rules/llm/engine.yaml engine.kv_cache.dtype) are stored by
-    every kernel module and its torch reference, so serving never reaches a dtype they lack."""
+    """The KV dtypes the engine profile serves (rules/llm/engine.yaml engine.kv_cache.dtype: those
+    the catalog marks accord_kernels) are stored by every kernel module and its torch reference, so
+    serving never reaches a dtype they lack."""
     engine = yaml.safe_load((ROOT / "rules/llm/engine.yaml").read_text())["rules"]
     rule = next(r for r in engine if r["id"] == "engine.kv_cache.dtype")
-    allowed = ast.literal_eval(rule["when"].split("kv_cache_dtype not in ", 1)[1].strip())
+    assert "not meta(kv_cache_dtype).accord_kernels" in rule["when"]
+    allowed = [c for c in CATALOG["kv_cache_dtype"]["choices"]
+               if choice_property("kv_cache_dtype", "accord_kernels", c)]
+    assert "auto" in allowed and "nvfp4" not in allowed
     for need in (module.REQUIREMENTS for module in KERNEL_MODULES):
         stored = need.get("kv_cache_dtypes")
         if stored is not None:
