@@ -1,7 +1,8 @@
 """LLM differential test: Accord against upstream SGLang 0.5.23's answers on the same commands.
 
 The fixtures (tests/differential/fixtures/llm_oracle*.json: seed 13 with the hand-picked cases, and
-fresh seed-29, seed-41 and seed-53 batches, each scored only after the rules were tuned on the ones before) hold generated launch
+fresh seed-29, seed-41 and seed-53 batches, each scored only after the rules were tuned on the ones before, the
+issue-30 hand-written checks (h30-*) and the untuned seed-3107 batch of issue 30) hold generated launch
 commands and what the upstream oracle decided for each (built by `python -m
 tests.differential.run_llm`); no sglang is needed here. Every case must agree with upstream, except the cases listed in
 tests/differential/llm_disagreements.yaml, each with its reason (seed wins, upstream bug, launch-time
