@@ -163,7 +163,7 @@ def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any
             warnings: tuple[str, ...] | list[str] = (), strict: bool = False) -> ResolvedConfig:
     """Resolve a launch. User values are never changed, except by `relax`, which reports each change.
     A known-bad runtime combination is a warning, or with `strict` a conflict citing its report."""
-    plan = plan_for(system, strict)
+    plan = plan_for(system, strict=True) if strict else plan_for(system)
     user = dict(user_values)
     _check_known_flags(plan, user)
     # A typed auto choice ("let the resolver decide") pins nothing: the rules decide it as if unset.

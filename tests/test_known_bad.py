@@ -15,7 +15,9 @@ from accord.resolver.language.ruleset import _rule_from_yaml
 
 MODELS = Path(__file__).resolve().parent / "differential" / "fixtures" / "models"
 DEEPSEEK = str(MODELS / "deepseek-ai" / "DeepSeek-V3")
-REPORTED = ["--facts", "b200", "--model-path", DEEPSEEK, "--tp-size", "8", "--attention-backend", "trtllm_mla"]
+REPORTED = ["--facts", "b200", "--fact", "packages.sglang=0.4.10.post2", "--model-path", DEEPSEEK,
+            "--tp-size", "8", "--attention-backend", "trtllm_mla"]
+
 
 
 def test_resolve_warns_and_cites_the_report(capsys):
@@ -32,24 +34,28 @@ def test_strict_refuses_it_with_exit_3_and_a_fix(capsys):
     assert any(c["fixes"] for c in report["conflicts"])
 
 
-def test_a_fixed_release_is_not_warned_about(capsys):
-    assert main(["resolve", "--strict", "--json", "--fact", "packages.sglang=0.5.23", *REPORTED]) == 0
+@pytest.mark.parametrize("release", [["--fact", "packages.sglang=0.5.23"], []], ids=["named", "default 0.5.23"])
+def test_a_fixed_release_is_not_warned_about(capsys, release):
+    argv = [w for w in REPORTED if w not in ("--fact", "packages.sglang=0.4.10.post2")]
+    assert main(["resolve", "--strict", "--json", *release, *argv]) == 0
     assert not [w for w in json.loads(capsys.readouterr().out)["warnings"] if w.startswith("[bad.")]
 
 
-def _matrix_rows(capsys, *extra):
-    assert main(["matrix", "--facts", "b200", "--model-path", DEEPSEEK, "--axes", "attention_backend",
+def _matrix_rows(capsys, tmp_path, *extra):
+    facts = tmp_path / "b200-sglang-0.4.10.yaml"
+    facts.write_text("preset: b200\npackages:\n  sglang: 0.4.10.post2\n")
+    assert main(["matrix", "--facts", str(facts), "--model-path", DEEPSEEK, "--axes", "attention_backend",
                  "--values", "attention_backend=trtllm_mla,flashinfer", "--strategy", "all",
                  "--format", "json", *extra, "--fix", "--tp-size 8"]) == 0
     return json.loads(capsys.readouterr().out)
 
 
-def test_matrix_leaves_known_bad_rows_out_unless_asked(capsys):
+def test_matrix_leaves_known_bad_rows_out_unless_asked(capsys, tmp_path):
     def backends(data):
         rows = data["rows"] if isinstance(data, dict) else data
         return sorted(row["attention_backend"] for row in rows)
-    assert backends(_matrix_rows(capsys)) == ["flashinfer"]
-    assert backends(_matrix_rows(capsys, "--include-known-bad")) == ["flashinfer", "trtllm_mla"]
+    assert backends(_matrix_rows(capsys, tmp_path)) == ["flashinfer"]
+    assert backends(_matrix_rows(capsys, tmp_path, "--include-known-bad")) == ["flashinfer", "trtllm_mla"]
 
 
 @pytest.mark.parametrize("missing, message", [("report", "'report' must be"), ("affects", "'affects' must")])
