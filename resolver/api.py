@@ -16,6 +16,7 @@ from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.language.catalog import load_catalog
 from accord.resolver.language.expr import UnknownFact
 from accord.resolver.language.ruleset import load_rules
+from accord.resolver.language.ruleset import strict as strict_rules
 from accord.resolver.solving.solve import Env, Plan
 
 if TYPE_CHECKING:
@@ -28,9 +29,11 @@ MAX_RELAX_ROUNDS = 8
 
 
 @functools.lru_cache(maxsize=None)
-def plan_for(system: str) -> Plan:
-    """The compiled catalog and rules of a system (loaded once per process)."""
-    return Plan(load_catalog(system), load_rules(system))
+def plan_for(system: str, strict: bool = False) -> Plan:
+    """The compiled catalog and rules of a system (loaded once per process). `strict` refuses the
+    known-bad runtime combinations (rules of kind known_bad) instead of warning about them."""
+    rules = load_rules(system)
+    return Plan(load_catalog(system), strict_rules(rules) if strict else rules)
 
 
 class ConflictError(AccordError):
@@ -157,9 +160,10 @@ def _by_rule(rule_id: str) -> MappingProxyType:
 
 def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any],
             sources: Mapping[str, str] | None = None, relax: bool = False,
-            warnings: tuple[str, ...] | list[str] = ()) -> ResolvedConfig:
-    """Resolve a launch. User values are never changed, except by `relax`, which reports each change."""
-    plan = plan_for(system)
+            warnings: tuple[str, ...] | list[str] = (), strict: bool = False) -> ResolvedConfig:
+    """Resolve a launch. User values are never changed, except by `relax`, which reports each change.
+    A known-bad runtime combination is a warning, or with `strict` a conflict citing its report."""
+    plan = plan_for(system, strict=True) if strict else plan_for(system)
     user = dict(user_values)
     _check_known_flags(plan, user)
     # A typed auto choice ("let the resolver decide") pins nothing: the rules decide it as if unset.

@@ -31,7 +31,7 @@ def toy(tmp_path, monkeypatch):
     plan = toy_plan(tmp_path)
     for target in ("accord.resolver.api.plan_for", "accord.resolver.exploring.dryrun.plan_for", "accord.resolver.exploring.matrix.plan_for",
                    "accord.resolver.commands.matrix.plan_for"):
-        monkeypatch.setattr(target, lambda system: plan)
+        monkeypatch.setattr(target, lambda system, strict=False: plan)
 
     def facts(spec="probe", overrides=(), model_path=None, system="llm"):
         return TOY_FACTS[spec]

@@ -4,8 +4,9 @@ The fixtures (tests/differential/fixtures/diffusion_oracle*.json) hold upstream'
 seeded random commands (six published diffusion models, the CUDA fact presets, one to five
 high-impact flags each; ids d* from the first flag menu, later batches from the wide menu,
 `diffusion_gen N SEED OUT --wide PREFIX`: e* and f* in diffusion_oracle.json, g* (seed 1203) and
-h* (seed 4242) and i* (seed 777, drawn after the last rule change and scored untuned) in
-diffusion_oracle_g.json, _h.json and _i.json) and two hand-written sets:
+h* (seed 4242), i* (seed 777, drawn after the last rule change and scored untuned) and j* (seed
+3109, issue 30: drawn before its rule changes, scored only after them) in diffusion_oracle_g.json,
+_h.json, _i.json and _j.json) and two hand-written sets:
 diffusion_oracle_known.json (ids k*), commands for disagreements found earlier, and
 diffusion_oracle_user.json (ids u*), launches as the docs and model cards write them; all recorded
 with the oracle

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 
@@ -158,14 +159,13 @@ def test_a_flag_given_twice_warns_with_both_values_and_keeps_the_last():
 # --- bad input: one paragraph naming what is wrong and how to fix it ---------------------------------------------
 
 @pytest.mark.parametrize("argv, message", [
-    (["--tp-sise", "2"], "unknown flag --tp-sise; did you mean --tp-size? Accord accepts only full spellings "
-                         "(no prefixes); search with `accord flags --system llm WORD`."),
-    (["--tp_size", "2"], "unknown flag --tp_size; did you mean --tp-size? Accord accepts only full spellings "
-                         "(no prefixes); search with `accord flags --system llm WORD`."),
-    (["--enable-dp", "--tp", "2"], "unknown flag --enable-dp; did you mean --enable-dp-attention or "
-                                   "--enable-dp-attention-local-control-broadcast or --enable-dp-lm-head? Accord "
-                                   "accepts only full spellings (no prefixes); search with "
-                                   "`accord flags --system llm WORD`."),
+    (["--tp-sise", "2"], "unknown flag --tp-sise; did you mean --tp-size? Search with "
+                         "`accord flags --system llm WORD`."),
+    (["--tp_size", "2"], "unknown flag --tp_size; did you mean --tp-size? Search with "
+                         "`accord flags --system llm WORD`."),
+    (["--enable-dp", "--tp", "2"], "ambiguous flag --enable-dp: it is the start of --enable-dp-attention, "
+                                   "--enable-dp-attention-local-control-broadcast, --enable-dp-lm-head, as "
+                                   "upstream's argparse also finds; write the full name."),
     (["--tp", "two"], "invalid value 'two' for --tp: expected an integer."),
     (["--mem-fraction-static", "most"], "invalid value 'most' for --mem-fraction-static: expected a number."),
     (["--kv-cache-dtype", "fp8_e4m4"], "invalid value 'fp8_e4m4' for --kv-cache-dtype: expected one of: auto, "
@@ -361,3 +361,58 @@ def test_the_canonical_value_implies_nothing_even_over_an_alias_in_the_config_fi
     assert parsed.values["kv_cache_dtype"] == "fp8_e4m3"
     _, parsed = parse_flags(["--config", path, "--attention-backend", "cutedsl_mla"])
     assert parsed.values == {"attention_backend": "cutedsl_mla"}
+
+
+# --- prefixes, read as upstream's argparse reads them (issue 30) ------------------------------------
+
+UPSTREAM_PREFIXES = json.loads((Path(__file__).parent / "differential" / "fixtures" /
+                                "upstream_prefixes_llm.json").read_text())["prefixes"]
+
+
+def _accord_reading(word: str):
+    """('reads_as', flag) | ('ambiguous', None) | ('pointer', text) | ('exact', None) for one word."""
+    from accord.resolver.commandline.flagparse import expand_prefixes
+    from accord.resolver.language.catalog import load_catalog
+
+    try:
+        argv, warnings = expand_prefixes([word], load_catalog("llm"), frozenset())
+    except UsageError as err:
+        return ("ambiguous", str(err)) if str(err).startswith("ambiguous flag") else ("error", str(err))
+    return ("reads_as", argv[0]) if argv[0] != word else ("unchanged", None)
+
+
+@pytest.mark.parametrize("word", sorted(UPSTREAM_PREFIXES))
+def test_a_prefix_reads_as_upstreams_argparse_reads_it(word):
+    """tests/differential/fixtures/upstream_prefixes_llm.json: what 0.5.23's own parser makes of
+    each word (dumped from the oracle venv). A unique prefix becomes the same flag here, an
+    ambiguous one is refused naming the same candidates, an exact spelling is left alone."""
+    upstream = UPSTREAM_PREFIXES[word]
+    kind, detail = _accord_reading(word)
+    if "reads_as" in upstream:
+        assert (kind, detail) == ("reads_as", upstream["reads_as"])
+    elif "ambiguous" in upstream:
+        assert kind == "ambiguous"
+        named = [c for c in upstream["ambiguous"] if c in detail]
+        assert len(named) >= 2, detail
+    else:
+        assert kind == "unchanged"
+
+
+def test_a_unique_prefix_warns_which_flag_it_became():
+    _, parsed = parse_flags(["--speculative-algo", "EAGLE3", "--trust-remote"])
+    assert parsed.values["speculative_algorithm"] == "EAGLE3" and parsed.values["trust_remote_code"] is True
+    assert any("--speculative-algo is read as --speculative-algorithm" in w for w in parsed.warnings)
+    assert any("--trust-remote is read as --trust-remote-code" in w for w in parsed.warnings)
+
+
+def test_an_accord_short_form_takes_no_part_in_prefixes():
+    """--mem-fraction is Accord's alias, not upstream's: --mem-frac is --mem-fraction-static there."""
+    _, parsed = parse_flags(["--mem-frac", "0.8"])
+    assert parsed.values["mem_fraction_static"] == 0.8
+
+
+def test_a_removed_flag_names_its_real_successor():
+    with pytest.raises(UsageError, match=r"--enable-ep-moe: it was removed .* use --ep-size"):
+        parse_flags(["--tp", "8", "--enable-ep-moe"])
+    with pytest.raises(UsageError, match=r"--enable-deepep-moe: it was removed .* use --moe-a2a-backend deepep"):
+        parse_flags(["--tp", "8", "--enable-deepep-moe"])

@@ -158,8 +158,9 @@ def kernels_allow(flags: dict, facts: dict) -> bool:
     kv = flags["kv_cache_dtype"]
     for need in (module.REQUIREMENTS for module in KERNEL_MODULES):
         backends = {flags[f"{phase}_attention_backend"] for phase in need["phases"]}
-        if backends & set(BACKENDS_WITH_KERNELS) and kv not in need.get("kv_cache_dtypes", (kv,)):
-            return False        # a dtype neither the kernel nor its reference stores
+        # The KV dtypes the kernels store are the engine's own rule (engine.kv_cache.dtype, checked
+        # against these modules by test_engine_kv_dtypes_are_ones_every_kernel_stores): a command
+        # prepared for upstream SGLang runs upstream's kernels, which read FP4 and MXFP8 caches too.
         if "triton" not in backends:
             continue
         if facts["platform"] not in need["platforms"]:
@@ -249,3 +250,19 @@ def test_every_module_with_triton_kernels_declares_requirements():
             with_kernels.add(module)
             assert {"phases", "platforms"} <= set(module.REQUIREMENTS), info.name
     assert with_kernels == set(KERNEL_MODULES)
+
+
+def test_engine_kv_dtypes_are_ones_every_kernel_stores():
+    """The KV dtypes the engine profile serves (rules/llm/engine.yaml engine.kv_cache.dtype: those
+    the catalog marks accord_kernels) are stored by every kernel module and its torch reference, so
+    serving never reaches a dtype they lack."""
+    engine = yaml.safe_load((ROOT / "rules/llm/engine.yaml").read_text())["rules"]
+    rule = next(r for r in engine if r["id"] == "engine.kv_cache.dtype")
+    assert "not meta(kv_cache_dtype).accord_kernels" in rule["when"]
+    allowed = [c for c in CATALOG["kv_cache_dtype"]["choices"]
+               if choice_property("kv_cache_dtype", "accord_kernels", c)]
+    assert "auto" in allowed and "nvfp4" not in allowed
+    for need in (module.REQUIREMENTS for module in KERNEL_MODULES):
+        stored = need.get("kv_cache_dtypes")
+        if stored is not None:
+            assert set(allowed) <= set(stored), (need, allowed)

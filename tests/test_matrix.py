@@ -26,8 +26,8 @@ AXES = [Axis("attention_backend", ("fa3", "flashinfer", "triton", "torch_native"
 @pytest.fixture
 def plan(tmp_path, monkeypatch):
     plan = toy_plan(tmp_path)
-    monkeypatch.setattr(api, "plan_for", lambda system: plan)
-    monkeypatch.setattr("accord.resolver.exploring.matrix.plan_for", lambda system: plan)
+    monkeypatch.setattr(api, "plan_for", lambda system, strict=False: plan)
+    monkeypatch.setattr("accord.resolver.exploring.matrix.plan_for", lambda system, strict=False: plan)
     return plan
 
 
@@ -119,8 +119,8 @@ def test_a_pair_legal_only_with_a_third_value_is_still_covered(tmp_path, monkeyp
     (tmp_path / "llm" / "flags.yaml").write_text(yaml.safe_dump({"group": "t", "flags": flags}))
     (tmp_path / "llm" / "t.yaml").write_text(yaml.safe_dump({"area": "t", "rules": rules}, sort_keys=False))
     plan = Plan(load_catalog("llm", tmp_path), load_rules("llm", tmp_path))
-    monkeypatch.setattr(api, "plan_for", lambda system: plan)
-    monkeypatch.setattr("accord.resolver.exploring.matrix.plan_for", lambda system: plan)
+    monkeypatch.setattr(api, "plan_for", lambda system, strict=False: plan)
+    monkeypatch.setattr("accord.resolver.exploring.matrix.plan_for", lambda system, strict=False: plan)
     axes = [Axis("a_backend", ("w", "x")), Axis("kv_dtype", ("auto", "fp"))]
     matrix = generate("llm", {"b200": B200}, axes, {}, "pairwise")
     rows = {(r["a_backend"], r["kv_dtype"]) for r in matrix.rows}
@@ -162,8 +162,8 @@ def model_plan(tmp_path, monkeypatch):
     write_toy(tmp_path)
     (tmp_path / "llm" / "flags_model.yaml").write_text(yaml.safe_dump(MODEL_FLAG))
     plan = Plan(load_catalog("llm", tmp_path), load_rules("llm", tmp_path))
-    monkeypatch.setattr(api, "plan_for", lambda system: plan)
-    monkeypatch.setattr("accord.resolver.exploring.matrix.plan_for", lambda system: plan)
+    monkeypatch.setattr(api, "plan_for", lambda system, strict=False: plan)
+    monkeypatch.setattr("accord.resolver.exploring.matrix.plan_for", lambda system, strict=False: plan)
     return plan
 
 

@@ -69,7 +69,7 @@ def test_rule_case(system, rule_id, mode, case, monkeypatch):
         detail = conflict.text() if conflict else "resolved without conflict"
     elif conflict is not None:
         pytest.fail(f"expected a resolved config, got: {conflict.text()}")
-    elif rule.kind == "warn":
+    elif rule.kind in ("warn", "known_bad"):
         named = any(w.startswith(f"[{rule_id}]") for w in config.warnings)
         detail = "; ".join(config.warnings) or "no warnings"
     else:

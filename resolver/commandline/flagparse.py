@@ -2,18 +2,20 @@
 
 Every option string of the seeds parses here exactly as upstream spells it: aliases, `--no-x`
 negations, nargs lists, JSON values, human-readable integers, deprecated spellings (mapped to the
-flag they now set, with a warning) and a few explicit short forms (`--tp`). Unlike upstream there
-is no prefix matching (`--enable-dp` must not silently mean `--enable-dp-attention`): an unknown
-spelling is an error that names the nearest real ones.
+flag they now set, with a warning) and a few explicit short forms (`--tp`). A unique prefix of a
+flag is read as that flag, as upstream's argparse (allow_abbrev) reads it, with a warning naming the
+flag it became; a prefix of several flags is an error listing them, and an unknown spelling is an
+error that names the nearest real ones.
 
 The result keeps only what the user set, with where each value came from (the command line or a
 `--config` file; the command line wins), because a user value is a hard constraint for the solver
 while everything else is the solver's to choose.
 
 A parse registers only the catalog flags whose spellings appear on its command line (all of them
-for `--help`): argparse's reading of a word (option, value or unknown) does not depend on which other
-options exist when prefixes are off, so the answer is the same, and a cold `accord resolve` never
-builds five hundred actions it will not use. Parsers are cached by the flags they hold.
+for `--help`): prefixes are written out in full before parsing (argparse's own abbreviation is off),
+so argparse's reading of a word (option, value or unknown) does not depend on which other options
+exist: the answer is the same, and a cold `accord resolve` never builds five hundred actions it will
+not use. Parsers are cached by the flags they hold.
 """
 
 from __future__ import annotations
@@ -428,7 +430,7 @@ def _unknown_word_error(word: str, argv: list[str], parser: _Parser, catalog: Ca
         close = suggest(name, _known_spellings(catalog))
         hint = f"; did you mean {' or '.join(close)}?" if close else "."
         return UsageError(
-            f"unknown flag {name}{hint} Accord accepts only full spellings (no prefixes); search with "
+            f"unknown flag {name}{hint} Search with "
             f"`accord flags --system {catalog.system} WORD`."
         )
     index = argv.index(word) if word in argv else -1
@@ -437,6 +439,61 @@ def _unknown_word_error(word: str, argv: list[str], parser: _Parser, catalog: Ca
     if isinstance(action, (_ConstAction, _RetiredAction)):
         return UsageError(f"unexpected value {word!r}: {before} is a switch and takes no value.")
     return UsageError(f"unexpected argument {word!r}: every value must follow the flag it belongs to.")
+
+
+# --------------------------------------------------------------------------------------------------
+# Prefixes, as upstream's argparse reads them
+# --------------------------------------------------------------------------------------------------
+
+
+def expand_prefixes(argv: list[str], catalog: Catalog, own: frozenset[str]) -> tuple[list[str], list[str]]:
+    """argv with each unique prefix of a flag written out in full, and a warning for each.
+
+    Upstream's parser keeps argparse's allow_abbrev: `--speculative-algo` is `--speculative-algorithm`
+    there, and a prefix of several flags is refused as ambiguous. Accord reads them the same way,
+    against the same set of spellings: the catalog's plus the current-upstream ones it lacks
+    (`upstream_spellings.yaml`), so a prefix whose only completion is an upstream-only flag gets that
+    flag's pointer, and a prefix that upstream finds ambiguous is ambiguous here too (Accord's own
+    short forms such as `--mem-fraction` are not upstream's, so they take no part). Full spellings,
+    the command's own options (`--facts`, `--json`, ...) and words after `--` are left alone.
+    """
+    index = _spelling_index(catalog)
+    out, warnings = [], []
+    spellings: list[str] | None = None
+    for position, word in enumerate(argv):
+        if word == "--":
+            out += argv[position:]
+            break
+        name, sep, value = word.partition("=")
+        if not name.startswith("--") or len(name) < 3 or name in index or name in own:
+            out.append(word)
+            continue
+        if spellings is None:
+            from accord.resolver.commandline.upstream_spellings import current_upstream_spellings  # unknown words only
+
+            upstream = current_upstream_spellings(catalog)
+            if name in upstream:
+                out.append(word)
+                continue
+            short = {form for flag in catalog for form in flag.short_forms}  # Accord's own aliases
+            spellings = sorted((set(index) - short) | {"--config"} | set(upstream))
+        elif name in spellings:
+            out.append(word)
+            continue
+        matches = [s for s in spellings if s.startswith(name)]
+        if len(matches) > 1:
+            raise UsageError(
+                f"ambiguous flag {name}: it is the start of {', '.join(matches[:8])}"
+                f"{' and more' if len(matches) > 8 else ''}, as upstream's argparse also finds; "
+                f"write the full name.")
+        if len(matches) == 1:
+            out.append(matches[0] + sep + value)
+            if matches[0] in index or matches[0] == "--config":
+                warnings.append(f"{name} is read as {matches[0]} (upstream's argparse accepts a unique "
+                                f"prefix of a flag); write the full name, which a later flag cannot make ambiguous.")
+            continue
+        out.append(word)
+    return out, warnings
 
 
 # --------------------------------------------------------------------------------------------------
@@ -624,6 +681,8 @@ def parse_flags(
     elif _option_value(argv, ("--system",)) not in (None, system):
         raise UsageError(f"--system {detected} contradicts this command, which works on the {system} system.")
     catalog = load_catalog(system)
+    own, _ = _command_parser(system, add_options, prog, frozenset())
+    argv, prefix_warnings = expand_prefixes(argv, catalog, frozenset(own._option_string_actions))
     parser, _ = _command_parser(system, add_options, prog, _flags_named(argv, catalog))
 
     extra_choices = _declared_extensions(argv, catalog)
@@ -638,7 +697,7 @@ def parse_flags(
 
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    warnings: list[str] = []
+    warnings: list[str] = list(prefix_warnings)
     aliased: dict[str, str] = {}
     if namespace.config:
         from_file, file_warnings, aliased = _read_config_values(namespace.config, catalog, extra_choices)

@@ -3,7 +3,8 @@
 Accord's catalog follows the seed. Launch commands copied from current upstream SGLang use some
 flags the seed spells differently (`rules/<system>/upstream_spellings.yaml`, `spelled_differently`),
 does not have at all (`not_in_seed`), or that Accord's catalog lacks for a stated reason
-(`not_accepted`, each group with its `why`: say, options a module outside the seed registers). For
+(`not_accepted`, each group with its `why`: say, options a module outside the seed registers), or
+that recent releases removed (`removed`, each with the flag that replaced it). For
 those, a "did you mean" guess at a similar-looking catalog flag misleads: it is usually a different
 feature. This module answers, for an unknown spelling, the one sentence that says what the seed uses
 instead, or that the feature is not there. A listed spelling ending in `.*` stands for every
@@ -31,12 +32,22 @@ def _table(system: str) -> dict[str, Any]:
         return {}
     (data,), = read_yaml_files([path])
     table: dict[str, Any] = {"": str(data.get("upstream") or "upstream SGLang")}
-    for entry in list(data.get("spelled_differently") or ()) + list(data.get("not_accepted") or ()):
+    for entry in (list(data.get("spelled_differently") or ()) + list(data.get("not_accepted") or ())
+                  + list(data.get("removed") or ())):
         for spelling in entry["flags"]:
             table[spelling] = entry
     for spelling in data.get("not_in_seed") or ():
         table[spelling] = None
     return table
+
+
+def current_upstream_spellings(catalog: Catalog) -> frozenset[str]:
+    """Flags the current upstream parser has that the catalog lacks (listed spellings, not the
+    removed ones or `PREFIX.*` families): the rest of the set upstream's prefixes are read against."""
+    table = _table(catalog.system)
+    return frozenset(key for key, entry in table.items()
+                     if key.startswith("--") and not key.endswith(".*")
+                     and not (isinstance(entry, dict) and "successor" in entry))
 
 
 def _lookup(table: dict[str, Any], spelling: str) -> tuple[bool, Any]:
@@ -58,6 +69,9 @@ def pointer(catalog: Catalog, spelling: str) -> str | None:
         if entry is None:
             return (f"it is a flag of {release} that the seed, and so Accord's catalog, does not have, "
                     f"so Accord can neither check nor pass it on. Remove it.")
+        if "successor" in entry:
+            return (f"it was removed from upstream SGLang and no longer parses there either; "
+                    f"use {entry['successor']} instead.")
         if "why" in entry:
             return f"{entry['why']}; Accord can neither check nor pass it on. Remove it."
         return (f"that is how {release} spells {entry['meaning']}; the seed Accord follows spells it "

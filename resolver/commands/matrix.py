@@ -47,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--strategy", choices=list(STRATEGIES), default="pairwise")
     parser.add_argument("--max-rows", type=_positive, metavar="N")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--include-known-bad", action="store_true",
+                        help="keep rows that a known_bad rule marks as publicly reported to hang, crash "
+                             "or produce garbage at run time (excluded by default)")
     parser.add_argument("--format", choices=("github", "json", "yaml", "csv"), default="json")
     parser.add_argument("--emit-workflow", metavar="FILE",
                         help="write a GitHub Actions workflow running --run once per row (instead of printing)")
@@ -119,10 +122,12 @@ def main(argv: list[str]) -> int:
     contexts = ([(fixed, facts) for facts in presets.values()] if per_model is None else
                 [({**fixed, MODEL_FLAG: m}, facts) for m, by_preset in per_model.items() for facts in by_preset.values()])
     axes = parse_axes(opts.system, opts.axes, opts.values, facts=[facts for _, facts in contexts])
-    plan = plan_for(opts.system)
+    strict = not opts.include_known_bad
+    plan = plan_for(opts.system, strict=strict)
     if not any(plan.satisfiable(user, facts) for user, facts in contexts):
-        resolve(opts.system, *contexts[0])  # raises: the --fix flags conflict everywhere
-    matrix = generate(opts.system, presets, axes, fixed, opts.strategy, opts.max_rows, opts.seed, models=per_model)
+        resolve(opts.system, *contexts[0], strict=strict)  # raises: the --fix flags conflict everywhere
+    matrix = generate(opts.system, presets, axes, fixed, opts.strategy, opts.max_rows, opts.seed,
+                      models=per_model, include_known_bad=opts.include_known_bad)
     if not matrix.rows:
         raise EmptyMatrix(matrix)
     note = summary(matrix)

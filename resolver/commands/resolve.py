@@ -38,6 +38,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         _open_help_with_examples(parser)
     add_fact_options(parser)
     parser.add_argument("--json", action="store_true", help="print JSON for tools")
+    parser.add_argument("--strict", action="store_true",
+                        help="refuse a combination publicly reported to hang, crash or produce garbage "
+                             "at run time (exit 3), instead of warning about it")
     parser.add_argument("--relax", action="store_true",
                         help="apply the best fix of each conflict and report every change")
     parser.add_argument("--all", action="store_true", help="print every flag, not only decided ones")
@@ -115,7 +118,7 @@ def main(argv: list[str]) -> int:
         return main_dry_run(parsed, facts, opts)
     try:
         config = resolve(parsed.system, parsed.values, facts, parsed.sources, relax=opts.relax,
-                         warnings=parsed.warnings)
+                         warnings=parsed.warnings, strict=opts.strict)
     except ConflictError as err:
         return print_conflict(err, opts.json, parsed.warnings)
     if opts.json:

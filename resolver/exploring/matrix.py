@@ -89,9 +89,13 @@ class Space:
 
     def __init__(self, system: str, presets: Mapping[str, Mapping[str, Any]], axes: list[Axis],
                  fixed: Mapping[str, Any], respect_rules: bool = True,
-                 models: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None):
+                 models: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
+                 include_known_bad: bool = False):
         self.system = system
-        self.plan = plan_for(system)
+        # Rows a CI would run: a combination publicly reported to hang or produce garbage at run
+        # time (a known_bad rule) is excluded like an illegal one, unless asked for.
+        self.strict = not include_known_bad
+        self.plan = plan_for(system, strict=self.strict)
         self.presets = presets
         self.models = models
         self.axes = axes
@@ -159,7 +163,7 @@ class Space:
         if context not in self._pinnings:
             facts, user = self.facts(row), self.context_flags(row)
             try:
-                config = resolve(self.system, user, facts)
+                config = resolve(self.system, user, facts, strict=self.strict)
             except ConflictError:
                 config = None
             self._pinnings[context] = Pinning(self.plan, user, facts, config)
@@ -313,7 +317,7 @@ def _verify(space: Space, row: dict[str, Any]) -> dict[str, Any]:
     arguments (fixed flags and model path included) as a list (`argv`) and as one shell-quoted
     string (`args`), and the first 16 hex digits of its config hash."""
     user = space.user(row)
-    config = resolve(space.system, user, space.facts(row))
+    config = resolve(space.system, user, space.facts(row), strict=space.strict)
     argv = [word for name, value in user.items() for word in launch_words(space.plan.catalog, name, value)]
     return {**row, "argv": argv, "args": shlex.join(argv), "hash": config.hash[:16]}
 
@@ -407,14 +411,16 @@ def minimal_illegal(space: Space, t: int, rows: list[dict[str, Any]], complete: 
 
 def generate(system: str, presets: Mapping[str, Mapping[str, Any]], axes: list[Axis],
              fixed: Mapping[str, Any], strategy: str = "pairwise", max_rows: int | None = None,
-             seed: int = 0, models: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None) -> Matrix:
+             seed: int = 0, models: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
+             include_known_bad: bool = False) -> Matrix:
     """The matrix over the presets (and, given `models` = {model path: {preset: facts}}, a model
-    axis) and the flag axes, with `fixed` flags in every row."""
+    axis) and the flag axes, with `fixed` flags in every row; known-bad runtime combinations are
+    excluded from the rows unless `include_known_bad`."""
     if strategy not in STRATEGIES:
         raise UsageError(f"unknown strategy {strategy!r}; use one of {', '.join(STRATEGIES)}.")
     full_axes = [Axis(FACTS_AXIS, tuple(presets))] + ([Axis(MODEL_AXIS, tuple(models))] if models else [])
     full_axes += list(axes)
-    space = Space(system, presets, full_axes, fixed, models=models)
+    space = Space(system, presets, full_axes, fixed, models=models, include_known_bad=include_known_bad)
     t = STRATEGIES[strategy]
     if t is None:
         return Matrix(system, strategy, full_axes, all_rows(space, max_rows))

@@ -1,8 +1,9 @@
 """Rule files: load `rules/<system>/<area>.yaml` into typed, pre-parsed rules.
 
-Five kinds (see rules/README.md): `require` and `conflict` are hard constraints, `default` computes
+Six kinds (see rules/README.md): `require` and `conflict` are hard constraints, `default` computes
 the value of an unset flag, `prefer` orders candidate values for an unset choice, `warn` attaches a
-message. Every expression is parsed here, once, so a malformed rule fails at load time with its file
+message, and `known_bad` names a combination that passes resolution but is publicly reported to
+hang, crash or produce garbage at run time (a warning, or a conflict in a strict rule set). Every expression is parsed here, once, so a malformed rule fails at load time with its file
 and id, never in the middle of a resolve.
 """
 
@@ -17,8 +18,11 @@ from accord.resolver.language.catalog import RULES_DIR, SYSTEMS, catalog_files, 
 from accord.resolver.language.expr import Expr, ExpressionError, constant, parse
 from accord.resolver.language.yamlcache import bulk_load, read_yaml_files
 
-KINDS = ("require", "conflict", "default", "prefer", "warn")
+KINDS = ("require", "conflict", "default", "prefer", "warn", "known_bad")
 HARD_KINDS = ("require", "conflict")
+KNOWN_BAD = "known_bad"
+# A public report is a GitHub issue or pull request of the project whose runtime misbehaves.
+REPORT_PREFIX = "https://github.com/"
 _COMMON_KEYS = {"id", "kind", "when", "reason", "ref", "seed", "fix", "notes"}
 _KIND_KEYS = {
     "require": {"require"},
@@ -26,6 +30,7 @@ _KIND_KEYS = {
     "default": {"flag", "value"},
     "prefer": {"flag", "values"},
     "warn": {"message"},
+    KNOWN_BAD: {"when", "message", "report", "affects"},
 }
 
 
@@ -294,6 +299,37 @@ def _fix_hint(raw: Any, where: str, names: dict[str, Expr], meta: dict):
     return tuple(fix), tuple(fill_in)
 
 
+def _known_bad_entry(entry: dict, where: str) -> dict:
+    """A known-bad rule as the fields every rule has: the report and the affected versions become
+    part of its message and its `ref`, so a warning, a strict conflict and `accord why` all cite them."""
+    report, affects = entry.get("report"), entry.get("affects")
+    reports = [report] if isinstance(report, str) else report
+    if not reports or not all(isinstance(r, str) and r.startswith(REPORT_PREFIX) for r in reports):
+        raise UsageError(f"{where}: 'report' must be the public report(s) it comes from, "
+                         f"{REPORT_PREFIX}OWNER/REPO/issues/N (a string or a list).")
+    if not isinstance(affects, str) or not affects.strip():
+        raise UsageError(f"{where}: 'affects' must name the SGLang versions the report covers, e.g. '0.4.10'.")
+    cited = ", ".join(reports)
+    out = dict(entry)
+    out["message"] = f"{str(entry['message']).rstrip('.')}. Reported for SGLang {affects}: {cited}."
+    out["ref"] = "; ".join(filter(None, [cited, str(entry.get("ref") or "")]))
+    for key in ("report", "affects"):
+        del out[key]
+    return out
+
+
+def strict(ruleset: RuleSet) -> RuleSet:
+    """The rule set with every known-bad combination refused (a conflict citing its report), for
+    `accord resolve --strict` and the matrix's rows."""
+    if not any(rule.kind == KNOWN_BAD for rule in ruleset):
+        return ruleset
+    rules = tuple(
+        Rule(id=r.id, kind="conflict", area=r.area, reason=r.message, ref=r.ref, when=r.when,
+             fix=r.fix, fix_fill_in=r.fix_fill_in, seed=r.seed, file=r.file)
+        if r.kind == KNOWN_BAD else r for r in ruleset.rules)
+    return RuleSet(system=ruleset.system, rules=rules, derived=ruleset.derived, sets=ruleset.sets)
+
+
 def _rule_from_yaml(entry: dict, area: str, path: Path, names: dict[str, Expr], meta: dict) -> Rule:
     rid = entry.get("id")
     where = f"{path.name}: rule {rid!r}"
@@ -313,6 +349,8 @@ def _rule_from_yaml(entry: dict, area: str, path: Path, names: dict[str, Expr], 
         raise UsageError(f"{where} has no 'reason': say in one line why the rule exists.")
     if kind == "conflict" and "when" not in entry:
         raise UsageError(f"{where}: a conflict rule needs 'when' (the illegal combination).")
+    if kind == KNOWN_BAD:
+        entry = _known_bad_entry(entry, where)
     values = tuple(
         Candidate(v["value"], _expr(v["when"], where, names, meta) if "when" in v else None) if isinstance(v, dict)
         else Candidate(v)

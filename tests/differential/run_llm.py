@@ -12,6 +12,9 @@ usage: python -m tests.differential.run_llm [--seed N] [--random N] [--random-on
                        were tuned on the first one)
   llm_oracle_r41.json  --seed 41 --random 200 --random-only (another, scored after the seed-29 fixes)
   llm_oracle_r53.json  --seed 53 --random 200 --random-only (another, scored after the seed-41 fixes)
+  llm_oracle_r3107.json --seed 3107 --random 320 --random-only (issue 30: drawn before that issue's
+                       rule changes and scored only after them, never tuned on)
+  llm_oracle_issue30.json  the hand-written checks of issue 30's rules (tests/differential/issue30_cases.py)
 """
 
 from __future__ import annotations

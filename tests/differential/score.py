@@ -40,17 +40,27 @@ SAME = [
 FALSY_NONE = {"enable_lora"}  # upstream None (unset) and Accord False both mean "off"
 
 
-def accord_answer(case: dict) -> dict:
-    """Accord's answer for a case: status ok with values, or error with the rules that refused."""
+def accord_answer(case: dict, relax: bool = False, strict: bool = False) -> dict:
+    """Accord's answer for a case: status ok with values, or error with the rules that refused.
+    With `relax`, a conflict also carries "relaxed": the answer `--relax` gives; `strict` resolves
+    as `accord resolve --strict` (known-bad combinations refused)."""
     try:
         _, parsed = parse_flags(accord_argv(case["argv"]))
-        facts = load_facts(case["preset"], (), model_path=parsed.values.get("model_path"),
-                           system=parsed.system)
+        facts = load_facts(case["preset"], tuple(case.get("fact_overrides", ())),
+                           model_path=parsed.values.get("model_path"), system=parsed.system)
         config = resolve(parsed.system, parsed.values, facts, parsed.sources,
-                         warnings=parsed.warnings)
+                         warnings=parsed.warnings, strict=strict)
     except ConflictError as err:
         rules = sorted({r for c in err.conflicts for r in c.rules})
-        return {"status": "error", "kind": "conflict", "rules": rules, "error": err.text()}
+        answer = {"status": "error", "kind": "conflict", "rules": rules, "error": err.text()}
+        if relax:
+            try:
+                relaxed = resolve(parsed.system, parsed.values, facts, parsed.sources, relax=True,
+                                  warnings=parsed.warnings, strict=strict)
+                answer["relaxed"] = {"status": "ok", "values": dict(relaxed.values), "facts": dict(facts)}
+            except AccordError:
+                answer["relaxed"] = {"status": "error"}
+        return answer
     except AccordError as err:
         return {"status": "error", "kind": "usage", "rules": [], "error": str(err)}
     return {"status": "ok", "values": dict(config.values), "facts": dict(facts)}
@@ -116,6 +126,45 @@ def compare(oracle: dict, accord: dict) -> list[tuple[str, Any, Any]]:
     return [(f, u, a) for f, (u, a) in sorted(pairs.items()) if not _close(u, a)]
 
 
+def two_measures(fixture: dict, table: dict, strict: bool = False) -> dict[str, Any]:
+    """The two agreement figures issue 30 asks for, over every scorable case of a fixture.
+
+    accept/reject: Accord accepts exactly when upstream's resolution and launch code accept; a case
+    listed as launch-time truth (upstream's resolution passes what its launch code then kills)
+    counts as a rejection by upstream. every field (relaxed changes included): both accept and
+    every compared field is equal; or both reject; or Accord refuses what upstream silently
+    rewrites and `--relax` gives exactly upstream's resolved values (the refusal is Accord's
+    design, the relaxed answer is what a user gets, judged field by field). `by_relax` lists those
+    refusals, which a third figure counts as accepted. `strict` resolves as
+    `accord resolve --strict`, which refuses the known-bad combinations (among them the launch
+    0.5.23 crashes on while resolving)."""
+    accept_reject, by_relax, every_field, cases = [], [], [], {}
+    for case in fixture["cases"]:
+        oracle = fixture["oracle"].get(case["id"])
+        if oracle is None or oracle["status"] not in ("ok", "error"):
+            continue
+        cid = case["id"]
+        accord = accord_answer(case, relax=True, strict=strict)
+        launch_truth = (table.get(cid) or {}).get("reason") == "launch-time truth"
+        up_ok = oracle["status"] == "ok" and not launch_truth
+        ac_ok = accord["status"] == "ok"
+        if up_ok == ac_ok:
+            accept_reject.append(cid)
+        if up_ok and ac_ok:
+            diffs = compare(oracle, accord)
+        elif up_ok and accord.get("relaxed", {}).get("status") == "ok":
+            diffs = compare(oracle, accord["relaxed"])
+            if not diffs:
+                by_relax.append(cid)
+        else:
+            diffs = [] if up_ok == ac_ok else [("status", oracle["status"], accord["status"])]
+        if not diffs:
+            every_field.append(cid)
+        cases[cid] = diffs
+    return {"total": len(cases), "accept_reject": accept_reject, "by_relax": by_relax,
+            "every_field": every_field, "cases": cases}
+
+
 def score(fixture: dict) -> dict[str, list[tuple[str, Any, Any]]]:
     """{case id: disagreements} over every scorable case of a fixture (harness crashes skipped)."""
     results = {}
@@ -168,8 +217,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ids", action="store_true", help="list every disagreeing case")
     parser.add_argument("--table", help="rewrite this disagreement table (keeps known reasons; new "
                                         "cases get reason TODO to be classified by hand)")
+    parser.add_argument("--measures", action="store_true",
+                        help="print only accept/reject and every-field (relaxed included) agreement")
+    parser.add_argument("--strict", action="store_true",
+                        help="with --measures: resolve as `accord resolve --strict`")
     opts = parser.parse_args(argv)
     fixture = load_fixtures(opts.fixture)
+    if opts.measures:
+        import yaml
+        table_path = Path(opts.table) if opts.table else Path(__file__).parent / "llm_disagreements.yaml"
+        m = two_measures(fixture, yaml.safe_load(table_path.read_text())["cases"], strict=opts.strict)
+        n = max(1, m["total"])
+        print(f"LLM accept/reject agreement: {len(m['accept_reject'])}/{m['total']} = "
+              f"{100 * len(m['accept_reject']) / n:.1f}%; every field, relaxed changes included: "
+              f"{len(m['every_field'])}/{m['total']} = {100 * len(m['every_field']) / n:.1f}%; "
+              f"accept/reject counting a refusal whose --relax gives upstream's exact configuration as "
+              f"accepted: {len(m['accept_reject']) + len(m['by_relax'])}/{m['total']} = "
+              f"{100 * (len(m['accept_reject']) + len(m['by_relax'])) / n:.1f}%")
+        for cid, diffs in sorted(m["cases"].items()):
+            if diffs:
+                print(f"  {cid}: " + "; ".join(f"{f} upstream={u!r} accord={a!r}"[:160] for f, u, a in diffs))
+        return 0
     results = score(fixture)
     by_field: dict[str, list[str]] = collections.defaultdict(list)
     for cid, diffs in results.items():
