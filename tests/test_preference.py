@@ -46,11 +46,13 @@ def plan():
 
 @pytest.fixture
 def slowest_first(plan, monkeypatch):
-    """The preference data with every fastest-first order reversed."""
-    prefs = preferences_for(plan)
-    reversed_speed = {name: SpeedOrder(tuple((when, tuple(reversed(order))) for when, order in o.cases), ())
-                      for name, o in prefs.speed.items()}
-    monkeypatch.setitem(preference._LOADED, plan, dataclasses.replace(prefs, speed=reversed_speed))
+    """The preference data with every fastest-first order reversed (for the plan with known-bad
+    rules as hard rules too, which the matrix solves with)."""
+    for each in (plan, api.plan_for("llm", strict=True)):
+        prefs = preferences_for(each)
+        reversed_speed = {name: SpeedOrder(tuple((when, tuple(reversed(order))) for when, order in o.cases), ())
+                          for name, o in prefs.speed.items()}
+        monkeypatch.setitem(preference._LOADED, each, dataclasses.replace(prefs, speed=reversed_speed))
     return plan
 
 
