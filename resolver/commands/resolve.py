@@ -19,18 +19,18 @@ from accord.resolver.errors import EXIT_CONFLICT
 from accord.resolver.facts.machine import load_facts
 from accord.resolver.facts.model import model_path_warning
 from accord.resolver.frozen import ResolvedConfig, thaw
+from accord.resolver.language.yamlcache import read_yaml_files
+from accord.rules.paths import RULES_DIR
 
 
-HELP_EXAMPLES = """Resolve a launch command against a machine's facts: print the configuration
-(exit 0), or each conflict with verified fixes (exit 3); bad usage exits 2.
-
-examples:
-  accord resolve --facts h100 --model-path meta-llama/Llama-3.1-8B-Instruct --tp 2
-  accord resolve --facts b200 --tp 8 --attention-backend fa3        (a conflict and its fixes)
-  accord resolve --facts b200 --tp 8 --attention-backend fa3 --relax
-  accord resolve --dry-run --facts h100 --flag attention_backend    (what is legal here)
-  accord resolve --json --facts h100 --config launch.json
-"""
+def help_examples() -> str:
+    """The opening of `accord resolve --help`: what it does and example commands (rules/help.yaml)."""
+    (data,), = read_yaml_files([RULES_DIR / "help.yaml"])
+    text = textwrap.fill(data["resolve"]["summary"], 96) + "\n\nexamples:\n"
+    for example in data["resolve"]["examples"]:
+        shows = f"    ({example['shows']})" if example.get("shows") else ""
+        text += f"  {example['command']}{shows}\n"
+    return text
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +57,7 @@ def _open_help_with_examples(parser: argparse.ArgumentParser) -> None:
     listing = textwrap.fill(", ".join(t.split(" flags: ", 1)[1] for t in titles), 96,
                             initial_indent="  ", subsequent_indent="  ")
     system = titles[0].split(" flags: ", 1)[0] if titles else "llm"
-    parser.description = (f"{HELP_EXAMPLES}\nflag groups (search for \"{system} flags: GROUP\"; "
+    parser.description = (f"{help_examples()}\nflag groups (search for \"{system} flags: GROUP\"; "
                           f"`accord flags --system {system}` lists every flag):\n{listing}")
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
@@ -81,8 +81,8 @@ def conflict_json(err: ConflictError) -> str:
 
 def print_conflict(err: ConflictError, as_json: bool, notes: tuple[str, ...] | list[str] = ()) -> int:
     """The conflict report; in text, followed by what reading the command noted (`notes`: an old
-    value spelling and what it became, say, so `you set --attention-backend cutedsl_mla` is
-    explained when tokenspeed_mla was typed)."""
+    value spelling and what it became, so a report naming the current spelling is explained when
+    the old one was typed)."""
     if as_json:
         print(conflict_json(err))
     else:

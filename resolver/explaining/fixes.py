@@ -235,7 +235,7 @@ def hint_fix(rule: Rule, env: Env, user: Mapping[str, Any]) -> Fix | None:
 
 def _ordered_domain(plan: Plan, name: str) -> list[Any]:
     """A finite domain with the solver's preferred values first, without old spellings of other
-    values (`value_aliases`: a fix to tokenspeed_mla is a fix to cutedsl_mla)."""
+    values (`value_aliases`: a fix to an old spelling is a fix to the value it names)."""
     flag = plan.catalog[name]
     spellings = {alias for alias, _ in flag.value_aliases}
     domain = [v for v in flag.finite_domain or [] if v not in spellings]

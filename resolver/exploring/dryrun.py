@@ -120,8 +120,8 @@ def values_of(plan: Plan, name: str, facts: Iterable[Mapping[str, Any]] = ()) ->
 
 
 def _choice_values(plan: Plan, name: str) -> list[Any]:
-    """A choice flag's values, without the old spellings of others (`value_aliases`: typed
-    tokenspeed_mla is cutedsl_mla, so it is judged, listed and put in matrix rows as that)."""
+    """A choice flag's values, without the old spellings of others (`value_aliases`: a typed old
+    spelling is the value it names, so it is judged, listed and put in matrix rows as that)."""
     flag = plan.catalog[name]
     spellings = {alias for alias, _ in flag.value_aliases}
     ordered = list(plan.domain(name)) if name in plan.prefer_rules else []
