@@ -13,6 +13,9 @@ in-process. Policy, as resolved:
   request never has to be preempted; cached prefix pages are shared, not reserved again;
 - a request that asks for its prompt's log-probabilities does not reuse a cached prefix (those
   tokens would not pass through the model, so their logits would not exist).
+A request with an output constraint (json_schema, regex, ebnf) gets a grammar matcher from the
+resolved --grammar-backend when it arrives (one that does not compile is a 400); every rank's
+matcher follows the sampled tokens, and the request ends once the grammar is complete.
 Until a request has min_new_tokens tokens, neither EOS, its stop token ids nor its stop strings
 end it (the sampler masks the tokens; stop strings are simply not checked yet).
 """
@@ -68,6 +71,7 @@ class Req:
     output_logprobs: list = dataclasses.field(default_factory=list)  # one entry per output id
     input_logprobs: list = dataclasses.field(default_factory=list)   # from logprob_start on
     sent_input: int = 0                # input_logprobs entries already reported
+    grammar: Any = None                # the output constraint's matcher (engine/llm/grammar.py)
 
     @property
     def wants_input_logprobs(self) -> bool:
@@ -96,8 +100,9 @@ class Step:
 
 
 class Scheduler:
-    def __init__(self, limits: SchedulerLimits, pool: KVPool, tokenizer: ByteTokenizer):
+    def __init__(self, limits: SchedulerLimits, pool: KVPool, tokenizer: ByteTokenizer, grammar=None):
         self.limits = limits
+        self.grammar = grammar  # a GrammarBackend, or None under --grammar-backend none
         self.pool = pool
         self.tokenizer = tokenizer
         self.cache = None if limits.disable_radix_cache else RadixCache(limits.page_size, pool.release)
@@ -145,6 +150,17 @@ class Scheduler:
             self._error(rid, f"the queue is full ({self.limits.max_queued_requests} waiting requests, "
                              "--max-queued-requests); retry later", 503, len(input_ids))
             return
+        matcher = None
+        if problem is None and params.constraint is not None:
+            kind, text = params.constraint
+            if self.grammar is None:
+                problem = (f"{kind} needs constrained decoding, which is off (--grammar-backend none); "
+                           "start the server with --grammar-backend xgrammar or llguidance")
+            else:
+                try:
+                    matcher = self.grammar.matcher(kind, text)
+                except ValueError as err:
+                    problem = str(err)
         if problem:
             self._error(rid, problem, 400, len(input_ids))
             return
@@ -157,6 +173,7 @@ class Scheduler:
             req.logprob_start = None if start is None else max(0, int(start))
             if req.logprob_start == 0:  # the first prompt token follows nothing: no logprob
                 req.input_logprobs.append([None, input_ids[0], []])
+        req.grammar = matcher
         self.waiting.append(req)
 
     def _abort(self, rid: str) -> None:
@@ -266,6 +283,8 @@ class Scheduler:
                 req.input_logprobs.extend(found.get("input", ()))
             if piece.sample:
                 req.output_ids.append(int(next(tokens)))
+                if req.grammar is not None:
+                    req.grammar.accept(req.output_ids[-1])
                 if found and found.get("output") is not None:
                     req.output_logprobs.append([found["output"][0], req.output_ids[-1], found["output"][2]])
                 req.finish_reason = self._finish_reason(req)
@@ -287,6 +306,8 @@ class Scheduler:
         if not p.ignore_eos and token in self.tokenizer.eos_token_ids:
             return {"type": "stop", "matched": token}
         if token in p.stop_token_ids:
+            return {"type": "stop", "matched": token}
+        if req.grammar is not None and req.grammar.finished:
             return {"type": "stop", "matched": token}
         if p.stop:
             tail = self.tokenizer.decode(req.output_ids[-64:])
