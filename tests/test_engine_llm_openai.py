@@ -466,3 +466,23 @@ def test_flush_cache_makes_the_next_request_recompute_its_prefix(http):
     assert http.post("/generate", json=body).json()["meta_info"]["cached_tokens"] >= 16
     assert http.post("/flush_cache", headers=ADMIN).status_code == 200
     assert http.post("/generate", json=body).json()["meta_info"]["cached_tokens"] == 0
+
+
+def test_llguidance_backend_serves_schema_valid_json_and_tool_calls(tmp_path):
+    """The same structured outputs under --grammar-backend llguidance (its own server)."""
+    import json
+    srv = Server(server_config(grammar_backend="llguidance", constrained_json_disable_any_whitespace=True), tmp_path)
+    try:
+        with openai.OpenAI(base_url=f"{srv.url}/v1", api_key="none", max_retries=0, timeout=120) as c:
+            model = c.models.list().data[0].id
+            out = c.chat.completions.create(model=model, messages=[{"role": "user", "content": "weather?"}],
+                                            response_format=JSON_SCHEMA_FORMAT, **ROOMY)
+            assert follows_schema(json.loads(out.choices[0].message.content))
+            choice = c.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "weather?"}], tools=[TOOL],
+                tool_choice={"type": "function", "function": {"name": "get_weather"}}, parallel_tool_calls=False,
+                **ROOMY).choices[0]
+            assert choice.finish_reason == "tool_calls"
+            assert follows_schema(json.loads(choice.message.tool_calls[0].function.arguments))
+    finally:
+        assert srv.stop() == 0

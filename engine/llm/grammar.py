@@ -183,10 +183,11 @@ class GrammarBackend:
             else:
                 grammar = llguidance.grammar_from("regex" if kind == "regex" else "ebnf", text)
             return LLGuidanceMatcher(tokenizer, grammar, self.vocab_size)
-        except ValueError:
-            raise
         except Exception as err:  # noqa: BLE001 - each backend raises its own types for a bad grammar
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            text = str(err).strip()
+            if text.startswith(kind):
+                raise
+            first = text.splitlines()[0] if text else type(err).__name__
             raise ValueError(f"{kind} does not compile with --grammar-backend {self.name}: {first}") from None
 
 

@@ -36,13 +36,16 @@ class ToolPlan:
         return self.choice in ("required", "named")
 
     def schema(self) -> dict | None:
-        """The JSON schema the output must follow (required / named), as upstream builds it."""
+        """The JSON schema the output must follow (required / named), as upstream builds it, with
+        each item also typed "object" and closed to other keys: without them JSON Schema lets a
+        non-object value or extra keys through (llguidance honours that, as it should; xgrammar
+        happens to assume a closed object), and a call is exactly {"name", "parameters"}."""
         if not self.constrained:
             return None
         chosen = [t for t in self.tools if self.choice == "required" or t["name"] == self.named]
-        items = [{"properties": {"name": {"type": "string", "enum": [t["name"]]},
+        items = [{"type": "object", "properties": {"name": {"type": "string", "enum": [t["name"]]},
                                  "parameters": t["parameters"]},
-                  "required": ["name", "parameters"]} for t in chosen]
+                  "required": ["name", "parameters"], "additionalProperties": False} for t in chosen]
         item = items[0] if self.choice == "named" else {"type": "object", "anyOf": items}
         schema = {"type": "array", "minItems": 1, "items": item}
         if not self.parallel:
