@@ -3,7 +3,12 @@
 Pure bookkeeping over the KV pool and the radix cache, no sockets and no model, so every rank of a
 group runs it identically (they see the same requests in the same order) and tests can drive it
 in-process. Policy, as resolved:
-- a prefill step whenever waiting requests fit, else a decode step over every running request;
+- with enable_mixed_chunk (the engine profile's default), every step decodes every running request
+  and adds as much new prompt as the prefill token budget (the chunk) has room for, so a queue of
+  new prompts neither stalls the running requests nor waits for one huge prefill to give every
+  first token at once; the running decodes count against the budget, at most half of it;
+- without it, a prefill step whenever waiting requests fit, else a decode step over every running
+  request;
 - at most max_running_requests running; a prefill step takes at most max_prefill_tokens new tokens,
   and with chunked_prefill_size a long prompt is cut into chunks of at most that many tokens
   (continued first in the next prefill step);
@@ -49,6 +54,7 @@ class SchedulerLimits:
     disable_radix_cache: bool
     random_seed: int
     stream_interval: int
+    mixed_chunk: bool = False
 
 
 @dataclasses.dataclass(eq=False)
@@ -199,11 +205,18 @@ class Scheduler:
     # -- choosing a step ---------------------------------------------------------------------------
 
     def next_step(self) -> Step | None:
+        decoding = list(self.running)
+        if self.limits.mixed_chunk and decoding:
+            step = self._prefill_step(reserved=len(decoding))
+            slices = [r.next_slice() for r in decoding]
+            if step is None:
+                return Step(decoding, slices, "decode")
+            return Step(decoding + step.reqs, slices + step.slices, "mixed")
         step = self._prefill_step()
         if step is not None:
             return step
-        if self.running:
-            return Step(list(self.running), [r.next_slice() for r in self.running], "decode")
+        if decoding:
+            return Step(decoding, [r.next_slice() for r in decoding], "decode")
         return None
 
     def _pages_for(self, tokens: int) -> int:
@@ -215,11 +228,14 @@ class Scheduler:
             return sorted(self.waiting, key=lambda r: (-matched[id(r)], r.arrival))
         return list(self.waiting)
 
-    def _prefill_step(self) -> Step | None:
+    def _prefill_step(self, reserved: int = 0) -> Step | None:
+        """New prompt tokens for the next step; `reserved` tokens of the budget are the running
+        decodes of a mixed step (counted up to half the budget, so prompts always get room)."""
         limits = self.limits
         budget = limits.max_prefill_tokens
         chunk = limits.chunked_prefill_size
-        reqs, slices, used = [], [], 0
+        cap = budget if chunk is None else min(budget, chunk)
+        reqs, slices, used = [], [], min(reserved, cap // 2)
         candidates = ([self.chunked] if self.chunked else []) + self._ordered_waiting()
         for req in candidates:
             if req is not self.chunked:
@@ -229,8 +245,8 @@ class Scheduler:
                     break  # not enough KV memory now; keep arrival order, retry next step
                 self.waiting.remove(req)
             remaining = len(req.input_ids) - req.computed
-            room = budget - used if chunk is None else min(budget, chunk) - used
-            if remaining > room and chunk is None and reqs:
+            room = cap - used
+            if remaining > room and chunk is None and (reqs or reserved):
                 self._unadmit(req)
                 break
             take = remaining if chunk is None else min(remaining, room)
@@ -238,7 +254,7 @@ class Scheduler:
             slices.append(req.next_slice(take))
             used += take
             self.chunked = None if take == remaining else req
-            if used >= (budget if chunk is None else min(budget, chunk)):
+            if used >= cap:
                 break
         return Step(reqs, slices, "prefill") if reqs else None
 

@@ -30,7 +30,6 @@ NOT_IMPLEMENTED_UNLESS = {
     "speculative_algorithm": (None,),
     "enable_lora": (None, False),
     "tokenizer_worker_num": (1,),
-    "enable_mixed_chunk": (False,),
     "enable_torch_compile": (False,),
     "enable_dp_lm_head": (False,),
 }
@@ -147,6 +146,7 @@ class EngineSettings:
     cuda_graph_bs_decode: tuple[int, ...]
     grammar_backend: str = "none"
     json_any_whitespace: bool = True
+    mixed_chunk: bool = False
 
     @property
     def device_type(self) -> str:
@@ -218,6 +218,7 @@ class EngineSettings:
             grammar_backend=_choice({"grammar_backend": v.get("grammar_backend") or "none"}, "grammar_backend",
                                     GRAMMAR_BACKENDS),
             json_any_whitespace=not v.get("constrained_json_disable_any_whitespace"),
+            mixed_chunk=bool(v.get("enable_mixed_chunk")),
         )
 
 

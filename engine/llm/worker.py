@@ -40,7 +40,8 @@ class Worker:
             max_queued_requests=settings.max_queued_requests,
             schedule_policy=settings.schedule_policy,
             disable_radix_cache=settings.disable_radix_cache,
-            random_seed=settings.random_seed, stream_interval=settings.stream_interval)
+            random_seed=settings.random_seed, stream_interval=settings.stream_interval,
+            mixed_chunk=settings.mixed_chunk)
         tokenizer = make_tokenizer(self.model_config, settings.model_path)
         grammar = None
         if settings.grammar_backend != "none":
