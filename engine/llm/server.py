@@ -13,6 +13,7 @@ import signal
 import sys
 
 from accord.engine import ports
+from accord.engine.llm import cpu_threads
 from accord.engine.llm.detokenizer import run_detokenizer
 from accord.engine.llm.front_end import DRAIN_EXIT_S, drain_grace_s
 from accord.engine.llm.http_server import PEER_DIED_SIGNAL, run_http, secret
@@ -38,11 +39,15 @@ def run_scheduler_rank(config_data: dict, rank, endpoints) -> None:
     Python-level exit while torch.distributed threads run can abort with "terminate called
     without an active exception"."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if EngineSettings.from_config(ResolvedConfig.from_dict(config_data)).triton_interpreted:
+    settings = EngineSettings.from_config(ResolvedConfig.from_dict(config_data))
+    if settings.triton_interpreted:
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    threads = None
+    if settings.device_type == "cpu":
+        threads = cpu_threads.prepare(len(settings.topology.ranks_on_this_node()), os.environ)
     from accord.engine.llm.scheduler_process import run_scheduler
 
-    run_scheduler(config_data, rank, endpoints)
+    run_scheduler(config_data, rank, endpoints, threads)
 
 
 def serve(config: ResolvedConfig) -> int:
