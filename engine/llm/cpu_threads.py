@@ -1,7 +1,7 @@
 """How many intra-op threads a CPU scheduler rank runs, decided before torch is imported.
 
 Measured on a 2-core machine at load ~8.5 (other jobs), SmolLM2-135M fp32 decode through one
-rank (`benchmarks/bench_smollm2.py --threads-sweep` prints the same table):
+rank (`benchmarks/bench_smollm2.py --threads-sweep --tokens 16` prints this table):
 
     threads  OMP_WAIT_POLICY   batch 1     batch 8
     1        (default)         5.6 tok/s   25.1 tok/s

@@ -113,8 +113,11 @@ class Worker:
         starts, rows = logit_rows(slices)
         infos = [Row(r.params, r.generator, r.output_ids, self.scheduler.stop_ids(r), r.grammar) for r in reqs]
         sample_logits = logits[rows] if rows else logits[:0]
-        processed = torch.stack([process_logits(sample_logits[k], info) for k, info in enumerate(infos)]) \
-            if infos else sample_logits
+        # Only rows whose request changes its logits are copied (a batch of plain rows is most).
+        changed = [k for k, info in enumerate(infos) if info.params.penalized or info.grammar is not None]
+        processed = sample_logits.clone() if changed else sample_logits
+        for k in changed:
+            processed[k] = process_logits(sample_logits[k], infos[k])
         ids = sample(processed, infos)
         floats: list[float] = []
         sample_of = {index: k for k, index in enumerate(i for i, s in enumerate(slices) if s.sample)}
