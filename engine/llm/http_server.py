@@ -32,13 +32,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from accord.engine.llm import api_keys
 from accord.engine.llm import openai_protocol as proto
 from accord.engine.llm.front_end import DRAIN_EXIT_S, FrontEnd, drain_grace_s
 from accord.engine.llm.model_config import load_model_config
 from accord.engine.llm.request_errors import BadRequest, error_body
 from accord.engine.llm.sampling_params import SamplingParams
 from accord.engine.llm.settings import EngineSettings
-from accord.engine.llm.tool_calls import ToolPlan, constrained_calls, parsed_calls
+from accord.engine.llm.api_keys import secret
+from accord.engine.llm.tool_calls import constrained_calls, parsed_calls
 from accord.engine.ports import Endpoints
 from accord.engine.supervisor import report_ready
 from accord.resolver.errors import UsageError
@@ -56,74 +58,7 @@ def error_response(message: str, status: int) -> JSONResponse:
     return JSONResponse(error_body(message, status), status_code=status)
 
 
-# -- keys ------------------------------------------------------------------------------------------
-
-SECRET_KEYS = ("api_key", "admin_api_key")
-# Where a key can come from instead of argv (where `ps` shows it): an environment variable holding
-# the key, or one naming a file that holds it. SGLang itself only has --api-key / --admin-api-key.
-KEY_SOURCES = {"api_key": ("ACCORD_API_KEY", "ACCORD_API_KEY_FILE"),
-               "admin_api_key": ("ACCORD_ADMIN_API_KEY", "ACCORD_ADMIN_API_KEY_FILE")}
-
-
-def secret(name: str, from_config: str | None, environ) -> str | None:
-    """The key `name` from exactly one of: its flag, its environment variable, its file (named by
-    an environment variable). More than one, an unreadable or an empty file is a UsageError; the
-    key itself is never part of a message."""
-    variable, file_variable = KEY_SOURCES[name]
-    flag = "--" + name.replace("_", "-")
-    given = [what for what, present in ((flag, from_config is not None), (variable, variable in environ),
-                                        (file_variable, file_variable in environ)) if present]
-    if len(given) > 1:
-        raise UsageError(f"the {name.replace('_', ' ').replace('api', 'API')} is given more than once "
-                         f"({' and '.join(given)}); keep one of them.")
-    if file_variable in environ:
-        path = environ[file_variable]
-        try:
-            with open(path, encoding="utf-8") as fh:
-                value = fh.read().strip()
-        except OSError as err:
-            raise UsageError(f"{file_variable}={path}: cannot read the key file ({err.strerror}); "
-                             "point it at a readable file holding the key.") from None
-        if not value:
-            raise UsageError(f"{file_variable}={path}: the key file is empty; write the key into it.")
-        return value
-    if variable in environ:
-        if not environ[variable]:
-            raise UsageError(f"{variable} is set but empty; set it to the key or unset it.")
-        return environ[variable]
-    return from_config
-
-
-def redacted(info: dict) -> dict:
-    """The config as /server_info shows it: secrets replaced by a marker saying one is set."""
-    values = dict(info.get("values", {}))
-    for key in SECRET_KEYS:
-        if values.get(key) is not None:
-            values[key] = "<redacted>"
-    provenance = dict(info.get("provenance", {}))
-    for key in SECRET_KEYS:
-        if isinstance(provenance.get(key), dict):
-            provenance[key] = {"source": provenance[key].get("source")}
-    return {**info, "values": values, "provenance": provenance}
-
-
-# -- parsing a request (in a worker thread) --------------------------------------------------------
-
-@dataclasses.dataclass
-class Call:
-    """One generation request as parsed: its prompts and what to do with them."""
-
-    prompts: list[list[int]]
-    params: SamplingParams
-    stream: bool
-    logprobs: dict | None = None
-    n: int = 1
-    usage_wanted: bool = False
-    echoed: list[str] = dataclasses.field(default_factory=list)
-    tools: ToolPlan | None = None
-    with_text: bool = False     # /generate: text in logprob entries
-    rid: str | None = None      # /generate: the caller's request id
-
+# -- reading a request ----------------------------------------------------------------------------
 
 async def parsed(request: Request, parse: Callable[[FrontEnd, dict], Any]) -> Any:
     """Read the body (size-limited), then decode, check and tokenize it off the event loop."""
@@ -137,103 +72,6 @@ async def parsed(request: Request, parse: Callable[[FrontEnd, dict], Any]) -> An
             raise BadRequest(f"the request body exceeds the limit of {MAX_BODY_BYTES} bytes", 413)
     front = request.app.state.front
     return await asyncio.to_thread(lambda: parse(front, proto.parse_json(bytes(data))))
-
-
-def prompt_ids(front: FrontEnd, prompt: Any, field: str) -> list[int]:
-    """A prompt given as text or as token ids."""
-    if isinstance(prompt, list):
-        if not all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
-            raise BadRequest(f"{field} must be a list of integer token ids")
-        return prompt
-    if isinstance(prompt, str):
-        if front.settings.skip_tokenizer_init:
-            raise BadRequest("the server runs with --skip-tokenizer-init: send token ids, not text")
-        return front.tokenizer.encode(prompt)
-    raise BadRequest(f"{field} must be a string or a list of token ids, got {proto.shown(prompt)}")
-
-
-def prompt_list(raw: Any) -> list:
-    """A completion prompt (text, token ids, or a non-empty list of either) as a list of them."""
-    if isinstance(raw, list) and raw and all(isinstance(p, (str, list)) for p in raw):
-        return raw
-    return [raw]
-
-
-def checked(front: FrontEnd, call: Call) -> Call:
-    for ids in call.prompts:
-        front.check_prompt(ids, call.params)
-    return call
-
-
-def parse_generate(front: FrontEnd, body: dict) -> Call:
-    params = proto.native_sampling(body.get("sampling_params"))
-    if "input_ids" not in body and "text" not in body:
-        raise BadRequest("text or input_ids is required")
-    field = "input_ids" if "input_ids" in body else "text"
-    rid = body.get("rid")
-    if rid is not None and not isinstance(rid, str):
-        raise BadRequest(f"rid must be a string, got {proto.shown(rid)}")
-    return checked(front, Call([prompt_ids(front, body[field], field)], params, proto.bool_field(body, "stream"),
-                               proto.native_logprobs(body), with_text=proto.bool_field(body, "return_text_in_logprobs"),
-                               rid=rid))
-
-
-def parse_completion(front: FrontEnd, body: dict) -> Call:
-    check_model(front, body)
-    params = proto.openai_sampling(body, proto.OPENAI_COMPLETION_DEFAULT_MAX_TOKENS,
-                                   proto.output_constraint(body, None, completions=True))
-    call = Call([], params, proto.bool_field(body, "stream"), proto.completion_logprobs(body),
-                proto.choice_count(body), proto.include_usage(body))
-    if "prompt" not in body:
-        raise BadRequest("prompt is required")
-    listed = prompt_list(body["prompt"])
-    call.prompts = [prompt_ids(front, p, "prompt" if listed[0] is body["prompt"] else f"prompt[{i}]")
-                    for i, p in enumerate(listed)]
-    echo = proto.bool_field(body, "echo")
-    skip_text = front.settings.skip_tokenizer_init
-    call.echoed = [(r if isinstance(r, str) else front.tokenizer.decode(ids)) if echo and not skip_text else ""
-                   for r, ids in zip(listed, call.prompts)]
-    return checked(front, call)
-
-
-def parse_chat(front: FrontEnd, body: dict) -> Call:
-    check_model(front, body)
-    tools = proto.chat_tools(body)
-    params = proto.openai_sampling(body, None, proto.output_constraint(body, tools, completions=False))
-    call = Call([], params, proto.bool_field(body, "stream"), proto.chat_logprobs(body),
-                proto.choice_count(body), proto.include_usage(body), tools=tools)
-    messages = proto.chat_messages(body.get("messages"))
-    if front.settings.skip_tokenizer_init:
-        raise BadRequest("chat needs the tokenizer; the server runs with --skip-tokenizer-init")
-    offered = [{"type": "function", "function": t} for t in tools.tools] if tools else None
-    try:
-        text = front.tokenizer.apply_chat_template(messages, tools=offered)
-    except ValueError as err:  # the template's raise_exception: the conversation does not fit it
-        raise BadRequest(f"messages: the model's chat template refused them: {err}") from None
-    call.prompts = [front.tokenizer.encode(text)]
-    return checked(front, call)
-
-
-def parse_tokenize(front: FrontEnd, body: dict) -> dict:
-    if front.settings.skip_tokenizer_init:
-        raise BadRequest("the server runs with --skip-tokenizer-init: no tokenizer")
-    if "messages" in body:
-        text = front.tokenizer.apply_chat_template(proto.chat_messages(body["messages"]))
-    else:
-        text = body.get("prompt", body.get("text"))
-    if not isinstance(text, str):
-        raise BadRequest("prompt (a string) or messages is required")
-    add_special = body.get("add_special_tokens", True)
-    if not isinstance(add_special, bool):
-        raise BadRequest(f"add_special_tokens must be true or false, got {proto.shown(add_special)}")
-    ids = front.tokenizer.encode(text, add_special)
-    return {"tokens": ids, "count": len(ids), "max_model_len": front.context_length}
-
-
-def check_model(front: FrontEnd, body: dict) -> None:
-    model = body.get("model")
-    if model is not None and model != front.model_name:
-        raise BadRequest(f"The model `{model}` does not exist. This server serves `{front.model_name}`.", 404)
 
 
 # -- running requests ------------------------------------------------------------------------------
@@ -269,7 +107,7 @@ class Choices:
     """The n x prompts requests behind one call, closed together (which aborts them). Each choice
     of a seeded request samples with its own seed derived from it (proto.choice_seed)."""
 
-    def __init__(self, front: FrontEnd, call: Call, rid: str):
+    def __init__(self, front: FrontEnd, call: proto.Call, rid: str):
         self.streams: list[AsyncIterator[dict]] = []
         rids = []
         try:
@@ -337,7 +175,7 @@ def sse(events: AsyncIterator[dict], choices: Choices) -> StreamingResponse:
     return StreamingResponse(body(), media_type="text/event-stream")
 
 
-def openai_stream(choices: Choices, call: Call, chunk, base: dict) -> StreamingResponse:
+def openai_stream(choices: Choices, call: proto.Call, chunk, base: dict) -> StreamingResponse:
     async def events():
         completion = [0] * len(choices.streams)
         first = [True] * len(choices.streams)
@@ -363,7 +201,7 @@ def token_text(front: FrontEnd) -> Callable[[int], str]:
 
 async def generate(request: Request) -> Response:
     front: FrontEnd = request.app.state.front
-    call = await parsed(request, parse_generate)
+    call = await parsed(request, proto.parse_generate)
     rid = call.rid or uuid.uuid4().hex
     choices = Choices(front, call, rid)
     entries = {"input": [], "output": []}
@@ -390,13 +228,13 @@ async def generate(request: Request) -> Response:
                          "meta_info": proto.native_meta(item, rid, logprob_fields(item))})
 
 
-def total_usage(call: Call, finals: list[dict]) -> dict:
+def total_usage(call: proto.Call, finals: list[dict]) -> dict:
     return proto.usage(sum(len(p) for p in call.prompts) * call.n, sum(i["completion_tokens"] for i in finals))
 
 
 async def completions(request: Request) -> Response:
     front: FrontEnd = request.app.state.front
-    call = await parsed(request, parse_completion)
+    call = await parsed(request, proto.parse_completion)
     rid = f"cmpl-{uuid.uuid4().hex}"
     base = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": front.model_name}
     choices = Choices(front, call, rid)
@@ -421,7 +259,7 @@ async def completions(request: Request) -> Response:
                          "usage": total_usage(call, finals)})
 
 
-def assistant_turn(front: FrontEnd, call: Call, text: str, reason: str | None) -> tuple[dict, str | None]:
+def assistant_turn(front: FrontEnd, call: proto.Call, text: str, reason: str | None) -> tuple[dict, str | None]:
     """The assistant message (content and tool calls) of a finished chat choice, and its finish
     reason ("tool_calls" when it called tools and stopped by itself)."""
     calls = None
@@ -443,7 +281,7 @@ def assistant_turn(front: FrontEnd, call: Call, text: str, reason: str | None) -
 
 async def chat_completions(request: Request) -> Response:
     front: FrontEnd = request.app.state.front
-    call = await parsed(request, parse_chat)
+    call = await parsed(request, proto.parse_chat)
     rid = f"chatcmpl-{uuid.uuid4().hex}"
     base = {"id": rid, "created": int(time.time()), "model": front.model_name}
     choices = Choices(front, call, rid)
@@ -489,17 +327,15 @@ async def models(request: Request) -> Response:
 
 async def model(request: Request) -> Response:
     front = request.app.state.front
-    check_model(front, {"model": request.path_params["model"]})
+    proto.check_model(front, {"model": request.path_params["model"]})
     return JSONResponse(model_card(front))
 
 
 async def tokenize(request: Request) -> Response:
-    return JSONResponse(await parsed(request, parse_tokenize))
+    return JSONResponse(await parsed(request, proto.parse_tokenize))
 
 
 async def detokenize(request: Request) -> Response:
-    front = request.app.state.front
-
     def parse(front: FrontEnd, body: dict) -> dict:
         ids = body.get("tokens")
         if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
@@ -558,7 +394,7 @@ async def flush_cache(request: Request) -> Response:
 
 async def server_info(request: Request) -> Response:
     front = request.app.state.front
-    info = redacted(front.config.to_dict())
+    info = api_keys.redacted(front.config.to_dict())
     info["runtime"] = {f"dp{d}": front.runtime[d] for d in sorted(front.runtime)}
     return JSONResponse(info)
 

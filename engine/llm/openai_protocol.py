@@ -14,12 +14,16 @@ completions) `json_schema`; a tool choice of "required" or a named function adds
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from accord.engine.llm.request_errors import BadRequest
 from accord.engine.llm.sampling_params import MAX_NEW_TOKENS_DEFAULT, SamplingParams
 from accord.engine.llm.tool_calls import ToolPlan, tool_plan
+
+if TYPE_CHECKING:
+    from accord.engine.llm.front_end import FrontEnd
 
 OPENAI_COMPLETION_DEFAULT_MAX_TOKENS = 16
 # Fields this engine does not implement: a request that sets them is refused, never half-served.
@@ -260,6 +264,121 @@ def _tool_call_of_history(raw: Any, where: str) -> dict:
 
 def chat_tools(body: dict) -> ToolPlan | None:
     return tool_plan(body)
+
+
+# -- requests, parsed (run in a worker thread) ----------------------------------------------------
+
+@dataclasses.dataclass
+class Call:
+    """One generation request as parsed: its prompts and what to do with them."""
+
+    prompts: list[list[int]]
+    params: SamplingParams
+    stream: bool
+    logprobs: dict | None = None
+    n: int = 1
+    usage_wanted: bool = False
+    echoed: list[str] = dataclasses.field(default_factory=list)
+    tools: ToolPlan | None = None
+    with_text: bool = False     # /generate: text in logprob entries
+    rid: str | None = None      # /generate: the caller's request id
+
+
+def prompt_ids(front: FrontEnd, prompt: Any, field: str) -> list[int]:
+    """A prompt given as text or as token ids."""
+    if isinstance(prompt, list):
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
+            raise BadRequest(f"{field} must be a list of integer token ids")
+        return prompt
+    if isinstance(prompt, str):
+        if front.settings.skip_tokenizer_init:
+            raise BadRequest("the server runs with --skip-tokenizer-init: send token ids, not text")
+        return front.tokenizer.encode(prompt)
+    raise BadRequest(f"{field} must be a string or a list of token ids, got {shown(prompt)}")
+
+
+def prompt_list(raw: Any) -> list:
+    """A completion prompt (text, token ids, or a non-empty list of either) as a list of them."""
+    if isinstance(raw, list) and raw and all(isinstance(p, (str, list)) for p in raw):
+        return raw
+    return [raw]
+
+
+def checked(front: FrontEnd, call: Call) -> Call:
+    for ids in call.prompts:
+        front.check_prompt(ids, call.params)
+    return call
+
+
+def parse_generate(front: FrontEnd, body: dict) -> Call:
+    params = native_sampling(body.get("sampling_params"))
+    if "input_ids" not in body and "text" not in body:
+        raise BadRequest("text or input_ids is required")
+    field = "input_ids" if "input_ids" in body else "text"
+    rid = body.get("rid")
+    if rid is not None and not isinstance(rid, str):
+        raise BadRequest(f"rid must be a string, got {shown(rid)}")
+    return checked(front, Call([prompt_ids(front, body[field], field)], params, bool_field(body, "stream"),
+                               native_logprobs(body), with_text=bool_field(body, "return_text_in_logprobs"),
+                               rid=rid))
+
+
+def parse_completion(front: FrontEnd, body: dict) -> Call:
+    check_model(front, body)
+    params = openai_sampling(body, OPENAI_COMPLETION_DEFAULT_MAX_TOKENS,
+                                   output_constraint(body, None, completions=True))
+    call = Call([], params, bool_field(body, "stream"), completion_logprobs(body),
+                choice_count(body), include_usage(body))
+    if "prompt" not in body:
+        raise BadRequest("prompt is required")
+    listed = prompt_list(body["prompt"])
+    call.prompts = [prompt_ids(front, p, "prompt" if listed[0] is body["prompt"] else f"prompt[{i}]")
+                    for i, p in enumerate(listed)]
+    echo = bool_field(body, "echo")
+    skip_text = front.settings.skip_tokenizer_init
+    call.echoed = [(r if isinstance(r, str) else front.tokenizer.decode(ids)) if echo and not skip_text else ""
+                   for r, ids in zip(listed, call.prompts)]
+    return checked(front, call)
+
+
+def parse_chat(front: FrontEnd, body: dict) -> Call:
+    check_model(front, body)
+    tools = chat_tools(body)
+    params = openai_sampling(body, None, output_constraint(body, tools, completions=False))
+    call = Call([], params, bool_field(body, "stream"), chat_logprobs(body),
+                choice_count(body), include_usage(body), tools=tools)
+    messages = chat_messages(body.get("messages"))
+    if front.settings.skip_tokenizer_init:
+        raise BadRequest("chat needs the tokenizer; the server runs with --skip-tokenizer-init")
+    offered = [{"type": "function", "function": t} for t in tools.tools] if tools else None
+    try:
+        text = front.tokenizer.apply_chat_template(messages, tools=offered)
+    except ValueError as err:  # the template's raise_exception: the conversation does not fit it
+        raise BadRequest(f"messages: the model's chat template refused them: {err}") from None
+    call.prompts = [front.tokenizer.encode(text)]
+    return checked(front, call)
+
+
+def parse_tokenize(front: FrontEnd, body: dict) -> dict:
+    if front.settings.skip_tokenizer_init:
+        raise BadRequest("the server runs with --skip-tokenizer-init: no tokenizer")
+    if "messages" in body:
+        text = front.tokenizer.apply_chat_template(chat_messages(body["messages"]))
+    else:
+        text = body.get("prompt", body.get("text"))
+    if not isinstance(text, str):
+        raise BadRequest("prompt (a string) or messages is required")
+    add_special = body.get("add_special_tokens", True)
+    if not isinstance(add_special, bool):
+        raise BadRequest(f"add_special_tokens must be true or false, got {shown(add_special)}")
+    ids = front.tokenizer.encode(text, add_special)
+    return {"tokens": ids, "count": len(ids), "max_model_len": front.context_length}
+
+
+def check_model(front: FrontEnd, body: dict) -> None:
+    model = body.get("model")
+    if model is not None and model != front.model_name:
+        raise BadRequest(f"The model `{model}` does not exist. This server serves `{front.model_name}`.", 404)
 
 
 # -- responses ----------------------------------------------------------------------------------

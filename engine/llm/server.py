@@ -16,7 +16,8 @@ from accord.engine import ports
 from accord.engine.llm import cpu_threads
 from accord.engine.llm.detokenizer import run_detokenizer
 from accord.engine.llm.front_end import DRAIN_EXIT_S, drain_grace_s
-from accord.engine.llm.http_server import PEER_DIED_SIGNAL, run_http, secret
+from accord.engine.llm.api_keys import secret
+from accord.engine.llm.http_server import PEER_DIED_SIGNAL, run_http
 from accord.engine.llm.model_config import context_length, load_model_config
 from accord.engine.llm.settings import EngineSettings
 from accord.engine.supervisor import ProcessGroup
