@@ -468,21 +468,61 @@ def test_flush_cache_makes_the_next_request_recompute_its_prefix(http):
     assert http.post("/generate", json=body).json()["meta_info"]["cached_tokens"] == 0
 
 
-def test_llguidance_backend_serves_schema_valid_json_and_tool_calls(tmp_path):
-    """The same structured outputs under --grammar-backend llguidance (its own server)."""
+@pytest.fixture(scope="module")
+def second(tmp_path_factory):
+    """A server with the other grammar backend and small prefill chunks."""
+    srv = Server(server_config(grammar_backend="llguidance", constrained_json_disable_any_whitespace=True,
+                               chunked_prefill_size=16, max_total_tokens=16384),
+                 tmp_path_factory.mktemp("llm-openai-2"))
+    yield srv
+    assert srv.stop() == 0
+
+
+def test_llguidance_backend_serves_schema_valid_json_and_tool_calls(second):
+    """The same structured outputs under --grammar-backend llguidance."""
     import json
-    srv = Server(server_config(grammar_backend="llguidance", constrained_json_disable_any_whitespace=True), tmp_path)
-    try:
-        with openai.OpenAI(base_url=f"{srv.url}/v1", api_key="none", max_retries=0, timeout=120) as c:
-            model = c.models.list().data[0].id
-            out = c.chat.completions.create(model=model, messages=[{"role": "user", "content": "weather?"}],
-                                            response_format=JSON_SCHEMA_FORMAT, **ROOMY)
-            assert follows_schema(json.loads(out.choices[0].message.content))
-            choice = c.chat.completions.create(
-                model=model, messages=[{"role": "user", "content": "weather?"}], tools=[TOOL],
-                tool_choice={"type": "function", "function": {"name": "get_weather"}}, parallel_tool_calls=False,
-                **ROOMY).choices[0]
-            assert choice.finish_reason == "tool_calls"
-            assert follows_schema(json.loads(choice.message.tool_calls[0].function.arguments))
-    finally:
-        assert srv.stop() == 0
+    with openai.OpenAI(base_url=f"{second.url}/v1", api_key="none", max_retries=0, timeout=120) as c:
+        model = c.models.list().data[0].id
+        out = c.chat.completions.create(model=model, messages=[{"role": "user", "content": "weather?"}],
+                                        response_format=JSON_SCHEMA_FORMAT, **ROOMY)
+        assert follows_schema(json.loads(out.choices[0].message.content))
+        choice = c.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "weather?"}], tools=[TOOL],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}}, parallel_tool_calls=False,
+            **ROOMY).choices[0]
+        assert choice.finish_reason == "tool_calls"
+        assert follows_schema(json.loads(choice.message.tool_calls[0].function.arguments))
+
+
+def test_a_running_stream_keeps_decoding_while_a_long_prompt_is_prefilled(second):
+    """Mixed steps: while a 1900-token prompt is prefilled in 16-token chunks (119 steps), a stream
+    that is already running gets a token in each of those steps; prefill-first scheduling would
+    give it none until the new request's first token (only the few of the request's way in)."""
+    import threading
+    import time
+
+    stamps: list[float] = []
+    streaming = threading.Event()
+    with openai.OpenAI(base_url=f"{second.url}/v1", api_key="none", max_retries=0, timeout=300) as c:
+        model = c.models.list().data[0].id
+
+        def run() -> None:
+            for _ in c.completions.create(model=model, prompt="go", max_tokens=1500, temperature=0, stream=True,
+                                          extra_body={"ignore_eos": True}):
+                stamps.append(time.monotonic())
+                if len(stamps) == 5:
+                    streaming.set()
+
+        running = threading.Thread(target=run)
+        running.start()
+        assert streaming.wait(60)
+        began = time.monotonic()
+        new = c.completions.create(model=model, prompt=[256] + [65 + i % 26 for i in range(1900)], max_tokens=1,
+                                   temperature=0, stream=True)
+        next(iter(new))
+        first = time.monotonic()
+        running.join(300)
+    between = sum(began < t < first for t in stamps)
+    assert between >= 80, f"the running stream got {between} tokens during the 119 prefill steps"
+
+
