@@ -275,6 +275,9 @@ def test_a_malformed_field_is_a_400_naming_it(client, extra, field):
     ({"tools": [TOOL], "tool_choice": "required", "response_format": {"type": "json_object"}}, "response_format"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": 5}}}}, "json_schema"),
     ({"messages": [{"role": "robot", "content": "x"}]}, "role"),
+    ({"messages": "hello"}, "messages"),
+    ({"model": 5}, "model"),
+    ({"logprobs": True, "top_logprobs": 99}, "top_logprobs"),
 ])
 def test_a_malformed_chat_field_is_a_400_naming_it(client, extra, field):
     with pytest.raises(openai.BadRequestError, match=field):

@@ -76,7 +76,7 @@ class FrontEnd:
     def __init__(self, config: ResolvedConfig, settings: EngineSettings, model: ModelConfig,
                  endpoints: Endpoints, api_key: str | None, admin_key: str | None):
         self.config, self.settings, self.endpoints = config, settings, endpoints
-        self.tokenizer = make_tokenizer(model)
+        self.tokenizer = make_tokenizer(model, settings.model_path)  # as the detokenizer and ranks load it
         self.context_length = context_length(settings.context_length, model)
         self.model_name = settings.served_model_name or settings.model_path or "smollm2"
         self.api_key, self.admin_key = api_key, admin_key

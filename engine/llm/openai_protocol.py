@@ -377,6 +377,8 @@ def parse_tokenize(front: FrontEnd, body: dict) -> dict:
 
 def check_model(front: FrontEnd, body: dict) -> None:
     model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadRequest(f"model must be a string, got {shown(model)}")
     if model is not None and model != front.model_name:
         raise BadRequest(f"The model `{model}` does not exist. This server serves `{front.model_name}`.", 404)
 
