@@ -97,16 +97,39 @@ def test_metrics_show_the_schedulers_running_and_queued_requests_and_kv_usage(se
 
 
 def test_a_stopped_rank_fails_requests_then_health_and_the_server_exits_with_the_watchdog_code(tmp_path):
-    """SIGSTOP on the scheduler rank: after --watchdog-timeout the request in flight gets a JSON
-    503 naming the watchdog, /health turns 503, and the whole group goes down with EXIT_WATCHDOG."""
+    """SIGSTOP on the scheduler rank: after --watchdog-timeout the requests in flight get a JSON
+    503 naming the watchdog (an error event for the streamed one), /health turns 503, and the whole group goes down with EXIT_WATCHDOG."""
     from accord.engine.supervisor import EXIT_WATCHDOG
+
+    import threading
+
+    import openai
 
     srv = Server(server_config(watchdog_timeout=2), tmp_path)
     rank = next(pid for name, pid in srv.pids.items() if name not in ("http", "detokenizer"))
+    streamed: dict[str, object] = {}
+    first = threading.Event()
+
+    def stream() -> None:
+        with openai.OpenAI(base_url=f"{srv.url}/v1", api_key="none", max_retries=0, timeout=120) as client:
+            try:
+                for _ in client.completions.create(model="tiny-llama", prompt="go", max_tokens=1900, stream=True,
+                                                   temperature=0, extra_body={"ignore_eos": True}):
+                    first.set()
+                streamed["result"] = "finished"
+            except openai.APIError as err:
+                streamed["result"] = err
+
     try:
+        thread = threading.Thread(target=stream)
+        thread.start()
+        assert first.wait(60)
         os.kill(rank, signal.SIGSTOP)
         response = httpx.post(f"{srv.url}/generate", timeout=60, json={"text": "stuck", "sampling_params": LONG})
         assert response.status_code == 503 and "watchdog" in response.json()["error"]["message"]
+        thread.join(60)
+        assert isinstance(streamed["result"], openai.APIError) and "watchdog" in str(streamed["result"]), \
+            "the stream in flight ends with an error event"
         health = httpx.get(f"{srv.url}/health", timeout=10)
         assert health.status_code == 503 and "watchdog" in health.json()["error"]
         assert srv.proc.wait(60) == EXIT_WATCHDOG
