@@ -23,9 +23,11 @@ size one and a few hundred tokens, the reference's per-layer work (whole pages g
 two einsums, a softmax fix-up) costs more than the attention itself; this is a few ops per layer.
 FP8 caches and CUDA-graph batches (no host lengths) take the reference path.
 
-A mixed step (running decodes plus new prompt chunks, an extend batch) takes the same road for its
-one-token sequences and the reference extend attention for the others only, instead of the
-reference's per-sequence loop (and whole-page gathers) over every sequence of the batch.
+An extend step (new prompts, or a mixed step: running decodes plus prompt chunks) on that cache
+takes the same road: its one-token sequences as above, the others padded into one batched causal
+``scaled_dot_product_attention`` call (queries padded to the longest chunk, keys to the longest
+sequence, a mask for causality and padding), instead of the reference's per-sequence loop with
+whole-page gathers, which at a hundred short prompts costs more than the model's matmuls.
 """
 
 from __future__ import annotations
@@ -61,16 +63,15 @@ class DecodeRows:
 
 
 @dataclasses.dataclass
-class MixedRows:
-    """A torch_native extend step that holds one-token sequences (a mixed step's decodes)."""
+class ExtendRows:
+    """Where a torch_native extend step reads and writes, for every layer."""
 
-    single: torch.Tensor             # [S] token index of each one-token sequence
-    decode: DecodeRows               # their cached-token rows
-    multi: torch.Tensor              # token indices of the other sequences, in batch order
-    block_table: torch.Tensor        # the other sequences' rows of the batch
-    seq_lens: torch.Tensor
-    extend_lens: torch.Tensor
-    max_extend_len: int
+    single: torch.Tensor             # [S] token index of each one-token sequence (a decode)
+    decode: DecodeRows | None        # their cached-token rows
+    multi_rows: torch.Tensor | None  # [M, longest] cached rows of each longer sequence
+    query_index: torch.Tensor | None  # [M, longest chunk] token index of each query (padding: 0)
+    query_valid: torch.Tensor | None  # [M, longest chunk] True where that query exists
+    mask: torch.Tensor | None        # [M, longest chunk, longest] causal and padding mask
 
 
 def decode_rows(block_table: torch.Tensor, kv_lens: list[int], seq_lens: torch.Tensor, page_size: int) -> DecodeRows:
@@ -105,44 +106,53 @@ class AttentionBackend:
                                         tile_size=settings.triton_split_tile_size,
                                         reduce_in_fp32=settings.triton_reduce_in_fp32)
 
-    def plan(self, batch: "ForwardBatch", pool: "KVPool") -> DecodeRows | MixedRows | None:
+    def plan(self, batch: "ForwardBatch", pool: "KVPool") -> DecodeRows | ExtendRows | None:
         """Once per step: what the torch fast path needs for a decode step, or for the one-token
         sequences of an extend step (None: the step takes the reference path)."""
         if self.impl != "torch" or batch.kv_lens is None or pool.dtype in FP8_DTYPES:
             return None
         if batch.mode == "decode":
             return decode_rows(batch.block_table, batch.kv_lens, batch.seq_lens, pool.page_size)
-        single = [b for b, n in enumerate(batch.extend_lens) if n == 1]
-        if not single:
-            return None
-        multi = [b for b, n in enumerate(batch.extend_lens) if n != 1]
+        lens, kv_lens = batch.extend_lens, batch.kv_lens
+        single = [b for b, n in enumerate(lens) if n == 1]
+        multi = [b for b, n in enumerate(lens) if n != 1]
         starts, at = [], 0
-        for n in batch.extend_lens:
+        for n in lens:
             starts.append(at)
             at += n
         device = batch.block_table.device
 
-        def index(values: list[int]) -> torch.Tensor:
+        def index(values) -> torch.Tensor:
             return torch.tensor(values, dtype=torch.int64, device=device)
 
-        chosen = index(single)
-        others = index(multi)
-        return MixedRows(
-            single=index([starts[b] for b in single]),
-            decode=decode_rows(batch.block_table[chosen], [batch.kv_lens[b] for b in single],
-                               batch.seq_lens[chosen], pool.page_size),
-            multi=index([starts[b] + j for b in multi for j in range(batch.extend_lens[b])]),
-            block_table=batch.block_table[others], seq_lens=batch.seq_lens[others],
-            extend_lens=batch.extend_lens_tensor[others],
-            max_extend_len=max((batch.extend_lens[b] for b in multi), default=0))
+        plan = ExtendRows(index([starts[b] for b in single]), None, None, None, None, None)
+        if single:
+            chosen = index(single)
+            plan.decode = decode_rows(batch.block_table[chosen], [kv_lens[b] for b in single],
+                                      batch.seq_lens[chosen], pool.page_size)
+        if multi:
+            others = index(multi)
+            plan.multi_rows = decode_rows(batch.block_table[others], [kv_lens[b] for b in multi],
+                                          batch.seq_lens[others], pool.page_size).rows
+            chunk = max(lens[b] for b in multi)
+            steps = torch.arange(chunk, device=device)
+            ext, kv = index([lens[b] for b in multi]), index([kv_lens[b] for b in multi])
+            plan.query_valid = steps[None, :] < ext[:, None]
+            plan.query_index = torch.where(plan.query_valid, index([starts[b] for b in multi])[:, None] + steps, 0)
+            keys = torch.arange(plan.multi_rows.shape[1], device=device)
+            position = (kv - ext)[:, None] + steps[None, :]                  # each query's position
+            mask = (keys[None, None, :] <= position[:, :, None]) & (keys[None, None, :] < kv[:, None, None])
+            # A padding query sees key 0 (its output is dropped; an empty row would be NaN).
+            plan.mask = mask | (~plan.query_valid[:, :, None] & (keys == 0)[None, None, :])
+        return plan
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: "KVPool", layer: int,
                 batch: "ForwardBatch", rows: DecodeRows | None = None) -> torch.Tensor:
         """Store the new tokens' K/V ([T, kv_heads, D]) at ``batch.out_slots`` of ``layer``, then
         return the attention of their queries q ([T, q_heads, D]) over the cache, shaped like q.
         ``rows``: this step's :meth:`plan`, when it has one."""
-        if isinstance(rows, MixedRows):
-            return self._torch_mixed(q, k, v, pool, layer, batch, rows)
+        if isinstance(rows, ExtendRows):
+            return self._torch_extend(q, k, v, pool, layer, batch, rows)
         if rows is not None:
             return self._torch_decode(q, k, v, pool, layer, batch, rows)
         k_cache, v_cache, scale = pool.k[layer], pool.v[layer], pool.kv_scales[layer]
@@ -161,17 +171,28 @@ class AttentionBackend:
         flat_k, flat_v = self._store(k, v, pool, layer, batch)
         return self._sdpa(q, flat_k, flat_v, rows)
 
-    def _torch_mixed(self, q, k, v, pool: "KVPool", layer: int, batch: "ForwardBatch",
-                     plan: MixedRows) -> torch.Tensor:
-        """A planned extend step: its one-token sequences as a decode, the others by the reference."""
+    def _torch_extend(self, q, k, v, pool: "KVPool", layer: int, batch: "ForwardBatch",
+                      plan: ExtendRows) -> torch.Tensor:
+        """A planned extend step: one-token sequences as a decode, the others as one padded causal
+        attention over their cached rows."""
         flat_k, flat_v = self._store(k, v, pool, layer, batch)
         out = torch.empty_like(q)
-        out[plan.single] = self._sdpa(q[plan.single], flat_k, flat_v, plan.decode)
-        if plan.multi.numel():
-            scale = pool.kv_scales[layer]
-            out[plan.multi] = extend_attention(q[plan.multi], pool.k[layer], pool.v[layer], plan.block_table,
-                                               plan.seq_lens, plan.extend_lens, scale=self.scale, k_scale=scale,
-                                               v_scale=scale, max_extend_len=plan.max_extend_len, impl=self.impl)
+        if plan.decode is not None:
+            out[plan.single] = self._sdpa(q[plan.single], flat_k, flat_v, plan.decode)
+        if plan.multi_rows is not None:
+            seqs, chunk = plan.query_index.shape
+            _, q_heads, head_dim = q.shape
+            kv_heads = flat_k.shape[1]
+            group = q_heads // kv_heads
+            keys = flat_k[plan.multi_rows].transpose(1, 2).float()      # [M, kv_heads, longest, D]
+            values = flat_v[plan.multi_rows].transpose(1, 2).float()
+            queries = q[plan.query_index].float().reshape(seqs, chunk, kv_heads, group, head_dim)
+            queries = queries.permute(0, 2, 3, 1, 4).reshape(seqs, kv_heads, group * chunk, head_dim)
+            mask = plan.mask[:, None, None].expand(seqs, 1, group, chunk, -1).reshape(seqs, 1, group * chunk, -1)
+            attended = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=self.scale)
+            attended = attended.reshape(seqs, kv_heads, group, chunk, head_dim).permute(0, 3, 1, 2, 4)
+            attended = attended.reshape(seqs, chunk, q_heads, head_dim)
+            out[plan.query_index[plan.query_valid]] = attended[plan.query_valid].to(q.dtype)
         return out
 
     @staticmethod
