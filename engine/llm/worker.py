@@ -47,6 +47,7 @@ class Worker:
         if settings.grammar_backend != "none":
             grammar = GrammarBackend(settings.grammar_backend, tokenizer, self.model_config.vocab_size,
                                      tokenizer.eos_token_ids, settings.json_any_whitespace)
+            grammar.warm_up()
         self.scheduler = Scheduler(limits, self.runner.pool, tokenizer, grammar)
         self.any_group_busy = False  # did any attention group run the last step (DP attention)?
 
