@@ -476,9 +476,9 @@ def test_flush_cache_makes_the_next_request_recompute_its_prefix(http):
 
 @pytest.fixture(scope="module")
 def second(tmp_path_factory):
-    """A server with the other grammar backend and small prefill chunks."""
+    """A server with the other grammar backend, small prefill chunks and a reasoning parser."""
     srv = Server(server_config(grammar_backend="llguidance", constrained_json_disable_any_whitespace=True,
-                               chunked_prefill_size=16, max_total_tokens=16384),
+                               chunked_prefill_size=16, max_total_tokens=16384, reasoning_parser="qwen3"),
                  tmp_path_factory.mktemp("llm-openai-2"))
     yield srv
     assert srv.stop() == 0
@@ -532,3 +532,18 @@ def test_a_running_stream_keeps_decoding_while_a_long_prompt_is_prefilled(second
     assert between >= 80, f"the running stream got {between} tokens during the 119 prefill steps"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_reasoning_parser_splits_thinking_from_the_answer(second, stream):
+    """--reasoning-parser qwen3: the text inside <think> ... </think> is reasoning_content, the
+    rest the answer (the output is shaped by a regex, since the model is random)."""
+    with openai.OpenAI(base_url=f"{second.url}/v1", api_key="none", max_retries=0, timeout=120) as c:
+        kwargs = dict(model=c.models.list().data[0].id, messages=[{"role": "user", "content": "think"}],
+                      max_tokens=40, temperature=0, extra_body={"regex": "<think>[a-z]{3}</think>[a-z]{2}"})
+        if stream:
+            deltas = [ch.choices[0].delta for ch in c.chat.completions.create(stream=True, **kwargs) if ch.choices]
+            reasoning = "".join(getattr(d, "reasoning_content", None) or "" for d in deltas)
+            content = "".join(d.content or "" for d in deltas)
+        else:
+            message = c.chat.completions.create(**kwargs).choices[0].message
+            reasoning, content = message.reasoning_content, message.content
+    assert re.fullmatch("[a-z]{3}", reasoning) and re.fullmatch("[a-z]{2}", content)

@@ -19,6 +19,6 @@ Modules, each with one job:
 - `scheduler_process`, `detokenizer`, `http_server`: the processes; `messages`: their msgpack
   wire format; `tokenizer`: the byte-level tokenizer of the built-in model;
 - the front end: `http_server` (route table and handlers), `openai_protocol` (request parsing and
-  response shapes), `tool_calls`, `front_end` (requests in flight, drain, watchdog), `api_keys`,
+  response shapes), `tool_calls`, `reasoning`, `front_end` (requests in flight, drain, watchdog), `api_keys`,
   `request_errors`.
 """

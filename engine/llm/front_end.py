@@ -81,6 +81,7 @@ class FrontEnd:
         self.model_name = settings.served_model_name or settings.model_path or "smollm2"
         self.api_key, self.admin_key = api_key, admin_key
         self.tool_call_parser = config.values.get("tool_call_parser")
+        self.reasoning_parser = config.values.get("reasoning_parser")
         self.runtime: dict[int, dict] = {}
         self._queues: dict[str, asyncio.Queue] = {}
         self._next_group = itertools.cycle(range(len(endpoints.scheduler_inputs)))

@@ -35,6 +35,8 @@ from starlette.routing import Route
 from accord.engine.llm import api_keys
 from accord.engine.llm import openai_protocol as proto
 from accord.engine.llm.front_end import DRAIN_EXIT_S, FrontEnd, drain_grace_s
+from accord.engine.llm.reasoning import StreamSplitter
+from accord.engine.llm.reasoning import split as split_reasoning
 from accord.engine.llm.model_config import load_model_config
 from accord.engine.llm.request_errors import BadRequest, error_body
 from accord.engine.llm.sampling_params import SamplingParams
@@ -260,9 +262,11 @@ async def completions(request: Request) -> Response:
 
 
 def assistant_turn(front: FrontEnd, call: proto.Call, text: str, reason: str | None) -> tuple[dict, str | None]:
-    """The assistant message (content and tool calls) of a finished chat choice, and its finish
-    reason ("tool_calls" when it called tools and stopped by itself)."""
-    calls = None
+    """The assistant message (reasoning, content and tool calls) of a finished chat choice, and
+    its finish reason ("tool_calls" when it called tools and stopped by itself)."""
+    calls, reasoning = None, None
+    if front.reasoning_parser is not None:
+        reasoning, text = split_reasoning(front.reasoning_parser, text)
     if call.tools is not None:
         if call.tools.constrained:
             calls = constrained_calls(text)
@@ -272,6 +276,8 @@ def assistant_turn(front: FrontEnd, call: proto.Call, text: str, reason: str | N
     else:
         content = text
     message = {"role": "assistant", "content": content or (None if calls else content)}
+    if front.reasoning_parser is not None:
+        message["reasoning_content"] = reasoning or None
     if calls:
         message["tool_calls"] = calls
         if reason == "stop":
@@ -293,17 +299,26 @@ async def chat_completions(request: Request) -> Response:
 
     if call.stream:
         held = [""] * len(choices.streams)  # with tools: the text, answered whole at the end
+        splitters = [StreamSplitter(front.reasoning_parser) for _ in choices.streams] \
+            if front.reasoning_parser is not None else None
 
         def chunk(index: int, item: dict, first: bool) -> dict:
             delta: dict[str, Any] = {"role": "assistant"} if first else {}
             reason = proto.finish_reason(item)
-            if call.tools is None:
+            if call.tools is None and splitters is not None:
+                thought, said = splitters[index].feed(item["text"] or "", item["finished"])
+                delta["content"] = said
+                if thought:
+                    delta["reasoning_content"] = thought
+            elif call.tools is None:
                 delta["content"] = item["text"] or ""
             else:
                 held[index] += item["text"] or ""
                 if item["finished"]:
                     message, reason = assistant_turn(front, call, held[index], reason)
                     delta["content"] = message["content"]
+                    if message.get("reasoning_content"):
+                        delta["reasoning_content"] = message["reasoning_content"]
                     if message.get("tool_calls"):
                         delta["tool_calls"] = [{**c, "index": i} for i, c in enumerate(message["tool_calls"])]
             return {"index": index, "delta": delta, "logprobs": logprobs_of(item), "finish_reason": reason}
