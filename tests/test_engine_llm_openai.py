@@ -6,6 +6,8 @@ One tp=1 server for the whole module; every test is a few short generations.
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import openai
 import pytest
@@ -21,8 +23,10 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
+    # Compact JSON: a random-weight model left free to write whitespace may never stop.
     srv = Server(server_config(api_key=API_KEY, served_model_name=MODEL, enable_metrics=True,
-                                     admin_api_key=ADMIN_KEY), tmp_path_factory.mktemp("llm-openai"))
+                               admin_api_key=ADMIN_KEY, constrained_json_disable_any_whitespace=True),
+                 tmp_path_factory.mktemp("llm-openai"))
     yield srv
     assert srv.stop() == 0
     assert [p for p in srv.pids.values() if alive(p)] == []
@@ -41,6 +45,14 @@ def http(server):
 
 
 GREEDY = {"temperature": 0, "max_tokens": 8, "extra_body": {"ignore_eos": True}}
+
+SCHEMA = {"type": "object", "additionalProperties": False, "required": ["city", "days", "sunny"],
+          # (a pattern, not maxLength: xgrammar 0.2.9 lets control characters into a maxLength string)
+          "properties": {"city": {"type": "string", "pattern": "^[A-Z][a-z]{1,11}$"},
+                         "days": {"type": "integer", "minimum": 1, "maximum": 9},
+                         "sunny": {"type": "boolean"}}}
+TOOL = {"type": "function", "function": {"name": "get_weather", "description": "The weather of a city",
+                                         "parameters": SCHEMA}}
 
 
 def test_models_list_and_lookup_by_id(client):
@@ -238,13 +250,167 @@ def test_out_of_range_sampling_fields_are_a_400_naming_them(client, extra, word)
 
 
 @pytest.mark.parametrize("extra,field", [
-    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {}}}}, "response_format"),
+    ({"stop": 5}, "stop"),
+    ({"max_tokens": True}, "max_tokens"),
+    ({"extra_body": {"n": "2"}}, "n"),
+    ({"temperature": "hot"}, "temperature"),
+    ({"seed": 1.5}, "seed"),
+    ({"stream_options": {"include_usage": "yes"}, "stream": True}, "include_usage"),
+    ({"extra_body": {"echo": 1}}, "echo"),
+    ({"extra_body": {"stop_token_ids": "7"}}, "stop_token_ids"),
+    ({"extra_body": {"regex": 5}}, "regex"),
+    ({"extra_body": {"regex": "a+", "ebnf": "root ::= \"a\""}}, "constraint"),
+    ({"extra_body": {"response_format": {"type": "xml"}}}, "response_format"),
+    ({"extra_body": {"regex": "("}}, "regex"),
 ])
-def test_tools_and_json_schema_are_a_400_naming_the_field(client, extra, field):
+def test_a_malformed_field_is_a_400_naming_it(client, extra, field):
     with pytest.raises(openai.BadRequestError, match=field):
-        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}],
-                                       **{**GREEDY, **extra})
+        client.completions.create(model=MODEL, prompt="x", **{**GREEDY, **extra})
+
+
+@pytest.mark.parametrize("extra,field", [
+    ({"tools": [{"type": "function", "function": {"name": "has space"}}]}, "tools"),
+    ({"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "other"}}}, "tool_choice"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": [TOOL], "tool_choice": "required", "response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": 5}}}}, "json_schema"),
+    ({"messages": [{"role": "robot", "content": "x"}]}, "role"),
+    ({"messages": "hello"}, "messages"),
+    ({"model": 5}, "model"),
+    ({"logprobs": True, "top_logprobs": 99}, "top_logprobs"),
+])
+def test_a_malformed_chat_field_is_a_400_naming_it(client, extra, field):
+    with pytest.raises(openai.BadRequestError, match=field):
+        client.chat.completions.create(**{"model": MODEL, "messages": [{"role": "user", "content": "x"}],
+                                          **GREEDY, **extra})
+
+
+def test_n_choices_with_a_seed_are_distinct_and_reproducible(client):
+    kwargs = dict(model=MODEL, prompt="sample", n=4, seed=7, temperature=1.0, max_tokens=12,
+                  extra_body={"ignore_eos": True})
+    first = [c.text for c in client.completions.create(**kwargs).choices]
+    again = [c.text for c in client.completions.create(**kwargs).choices]
+    assert first == again, "the same seed gives the same choices"
+    assert len(set(first)) == 4, "each choice is its own sample"
+    one = client.completions.create(**{**kwargs, "n": 1}).choices[0].text
+    assert one == first[0], "the first choice is the seed's own sample"
+
+
+def test_a_large_body_does_not_hold_up_health(server, http):
+    """A 5 MB prompt is parsed, tokenized and checked off the event loop: /health keeps answering
+    while it is (then the prompt is refused for the context length). Relative to the machine's
+    speed: no /health waits anywhere near as long as the large request takes, as each would if
+    the event loop were busy with the body."""
+    import concurrent.futures
+    import time
+
+    body = {"model": MODEL, "prompt": "x" * (5 * 1024 * 1024), "max_tokens": 1}
+    waits = []
+    with concurrent.futures.ThreadPoolExecutor(1) as pool, httpx.Client(base_url=server.url, timeout=60) as probe:
+        began = time.monotonic()
+        big = pool.submit(http.post, "/v1/completions", json=body)
+        while not big.done():
+            sent = time.monotonic()
+            assert probe.get("/health").status_code == 200
+            waits.append(time.monotonic() - sent)
+        response = big.result()
+        took = time.monotonic() - began
+    assert response.status_code == 400 and "context length" in response.json()["error"]["message"]
+    assert max(waits) < took / 2, f"a /health waited {max(waits):.2f} s of the {took:.2f} s the body took"
+
+
+def follows_schema(value) -> bool:
+    """SCHEMA, checked by hand (the checks its keywords state)."""
+    return (isinstance(value, dict) and set(value) == {"city", "days", "sunny"}
+            and isinstance(value["city"], str) and re.fullmatch("[A-Z][a-z]{1,11}", value["city"]) is not None
+            and isinstance(value["days"], int) and not isinstance(value["days"], bool) and 1 <= value["days"] <= 9
+            and isinstance(value["sunny"], bool))
+
+
+JSON_SCHEMA_FORMAT = {"type": "json_schema", "json_schema": {"name": "weather", "schema": SCHEMA}}
+ROOMY = {"max_tokens": 200, "temperature": 0}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_json_schema_output_follows_the_schema(client, stream):
+    import json
+    kwargs = dict(model=MODEL, messages=[{"role": "user", "content": "weather?"}], response_format=JSON_SCHEMA_FORMAT,
+                  **ROOMY)
+    if stream:
+        text = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(stream=True, **kwargs)
+                       if c.choices)
+    else:
+        out = client.chat.completions.create(**kwargs).choices[0]
+        assert out.finish_reason == "stop"
+        text = out.message.content
+    assert follows_schema(json.loads(text))
+
+
+def test_json_object_output_is_a_json_object(client):
+    """The random model writes keys without end; a bias towards '"' and '}' (the grammar masks
+    after the bias) lets it close them, and whatever it writes is then a JSON object."""
+    import json
+    out = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "json"}],
+                                         response_format={"type": "json_object"},
+                                         logit_bias={str(ord('"')): 20, str(ord("}")): 20}, **ROOMY)
+    assert out.choices[0].finish_reason == "stop"
+    assert isinstance(json.loads(out.choices[0].message.content), dict)
+
+
+def test_completions_take_regex_ebnf_and_json_schema(client):
+    import json
+    kwargs = dict(model=MODEL, prompt="date:", **ROOMY)
+    date = client.completions.create(**kwargs, extra_body={"regex": r"20[0-9]{2}-(0[1-9]|1[0-2])-[0-3][0-9]"})
+    assert re.fullmatch(r"20[0-9]{2}-(0[1-9]|1[0-2])-[0-3][0-9]", date.choices[0].text)
+    answer = client.completions.create(**kwargs, extra_body={"ebnf": 'root ::= "yes" | "no" | "maybe"'})
+    assert answer.choices[0].text in ("yes", "no", "maybe")
+    streamed = client.completions.create(**kwargs, stream=True, extra_body={"json_schema": json.dumps(SCHEMA)})
+    assert follows_schema(json.loads("".join(c.choices[0].text for c in streamed)))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_named_tool_call_has_schema_valid_arguments(client, stream):
+    import json
+    kwargs = dict(model=MODEL, messages=[{"role": "user", "content": "weather in Paris?"}], tools=[TOOL],
+                  tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                  parallel_tool_calls=False, **ROOMY)
+    if stream:
+        chunks = [c for c in client.chat.completions.create(stream=True, **kwargs) if c.choices]
+        calls = [t for c in chunks for t in (c.choices[0].delta.tool_calls or [])]
+        reason = chunks[-1].choices[0].finish_reason
+    else:
+        choice = client.chat.completions.create(**kwargs).choices[0]
+        calls, reason = choice.message.tool_calls, choice.finish_reason
+    assert reason == "tool_calls" and calls
+    for call in calls:
+        assert call.function.name == "get_weather" and call.id
+        assert follows_schema(json.loads(call.function.arguments))
+
+
+def test_required_tool_choice_calls_one_of_the_tools(client):
+    import json
+    other = {"type": "function", "function": {"name": "ping", "parameters": {
+        "type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
+        "required": ["n"], "additionalProperties": False}}}
+    choice = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "go"}],
+                                            tools=[TOOL, other], tool_choice="required",
+                                            parallel_tool_calls=False, **ROOMY).choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
+    for call in choice.message.tool_calls:
+        arguments = json.loads(call.function.arguments)
+        assert (call.function.name == "get_weather" and follows_schema(arguments)) or \
+               (call.function.name == "ping" and set(arguments) == {"n"} and 0 <= arguments["n"] <= 9)
+
+
+def test_tool_history_goes_through_the_chat_template(client):
+    """A conversation with an earlier call and its result is accepted; "auto" without a
+    --tool-call-parser answers text (as upstream does)."""
+    history = [{"role": "user", "content": "weather?"},
+               {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+                   "name": "get_weather", "arguments": '{"city": "Paris", "days": 1, "sunny": true}'}}]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    out = client.chat.completions.create(model=MODEL, messages=history, tools=[TOOL], **GREEDY).choices[0]
+    assert out.message.tool_calls is None and isinstance(out.message.content, str)
 
 
 def test_tokenize_and_detokenize_round_trip(http):
@@ -306,3 +472,78 @@ def test_flush_cache_makes_the_next_request_recompute_its_prefix(http):
     assert http.post("/generate", json=body).json()["meta_info"]["cached_tokens"] >= 16
     assert http.post("/flush_cache", headers=ADMIN).status_code == 200
     assert http.post("/generate", json=body).json()["meta_info"]["cached_tokens"] == 0
+
+
+@pytest.fixture(scope="module")
+def second(tmp_path_factory):
+    """A server with the other grammar backend, small prefill chunks and a reasoning parser."""
+    srv = Server(server_config(grammar_backend="llguidance", constrained_json_disable_any_whitespace=True,
+                               chunked_prefill_size=16, max_total_tokens=16384, reasoning_parser="qwen3"),
+                 tmp_path_factory.mktemp("llm-openai-2"))
+    yield srv
+    assert srv.stop() == 0
+
+
+def test_llguidance_backend_serves_schema_valid_json_and_tool_calls(second):
+    """The same structured outputs under --grammar-backend llguidance."""
+    import json
+    with openai.OpenAI(base_url=f"{second.url}/v1", api_key="none", max_retries=0, timeout=120) as c:
+        model = c.models.list().data[0].id
+        out = c.chat.completions.create(model=model, messages=[{"role": "user", "content": "weather?"}],
+                                        response_format=JSON_SCHEMA_FORMAT, **ROOMY)
+        assert follows_schema(json.loads(out.choices[0].message.content))
+        choice = c.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "weather?"}], tools=[TOOL],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}}, parallel_tool_calls=False,
+            **ROOMY).choices[0]
+        assert choice.finish_reason == "tool_calls"
+        assert follows_schema(json.loads(choice.message.tool_calls[0].function.arguments))
+
+
+def test_a_running_stream_keeps_decoding_while_a_long_prompt_is_prefilled(second):
+    """Mixed steps: while a 1900-token prompt is prefilled in 16-token chunks (119 steps), a stream
+    that is already running gets a token in each of those steps; prefill-first scheduling would
+    give it none until the new request's first token (only the few of the request's way in)."""
+    import threading
+    import time
+
+    stamps: list[float] = []
+    streaming = threading.Event()
+    with openai.OpenAI(base_url=f"{second.url}/v1", api_key="none", max_retries=0, timeout=300) as c:
+        model = c.models.list().data[0].id
+
+        def run() -> None:
+            for _ in c.completions.create(model=model, prompt="go", max_tokens=1500, temperature=0, stream=True,
+                                          extra_body={"ignore_eos": True}):
+                stamps.append(time.monotonic())
+                if len(stamps) == 5:
+                    streaming.set()
+
+        running = threading.Thread(target=run)
+        running.start()
+        assert streaming.wait(60)
+        began = time.monotonic()
+        new = c.completions.create(model=model, prompt=[256] + [65 + i % 26 for i in range(1900)], max_tokens=1,
+                                   temperature=0, stream=True)
+        next(iter(new))
+        first = time.monotonic()
+        running.join(300)
+    between = sum(began < t < first for t in stamps)
+    assert between >= 80, f"the running stream got {between} tokens during the 119 prefill steps"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_reasoning_parser_splits_thinking_from_the_answer(second, stream):
+    """--reasoning-parser qwen3: the text inside <think> ... </think> is reasoning_content, the
+    rest the answer (the output is shaped by a regex, since the model is random)."""
+    with openai.OpenAI(base_url=f"{second.url}/v1", api_key="none", max_retries=0, timeout=120) as c:
+        kwargs = dict(model=c.models.list().data[0].id, messages=[{"role": "user", "content": "think"}],
+                      max_tokens=40, temperature=0, extra_body={"regex": "<think>[a-z]{3}</think>[a-z]{2}"})
+        if stream:
+            deltas = [ch.choices[0].delta for ch in c.chat.completions.create(stream=True, **kwargs) if ch.choices]
+            reasoning = "".join(getattr(d, "reasoning_content", None) or "" for d in deltas)
+            content = "".join(d.content or "" for d in deltas)
+        else:
+            message = c.chat.completions.create(**kwargs).choices[0].message
+            reasoning, content = message.reasoning_content, message.content
+    assert re.fullmatch("[a-z]{3}", reasoning) and re.fullmatch("[a-z]{2}", content)

@@ -157,3 +157,74 @@ def test_stats_count_running_and_queued_requests_and_the_kv_they_hold():
     stats = sched.stats()
     assert (stats["running"], stats["queued"], stats["kv_request_tokens"]) == (0, 0, 0)
     assert stats["kv_cached_tokens"] > 0, "finished prompts stay in the prefix cache"
+
+
+def test_mixed_steps_decode_every_running_request_while_new_prompts_take_the_chunk_budget():
+    """enable_mixed_chunk: a queue of prompts is cut into the chunk budget step by step, each
+    step also decoding every running request; so first tokens arrive a chunk at a time, not all
+    at the end of one long prefill, and no running request skips a step."""
+    sched = make(pages=256, chunked_prefill_size=32, max_running_requests=64, mixed_chunk=True)
+    for i in range(12):
+        sched.handle(gen(f"r{i}", [1 + i] * 10, 20))
+    first_token_step, steps = {}, 0
+    while (step := sched.next_step()) is not None:
+        steps += 1
+        running = {r.rid for r in sched.running}
+        in_step = {r.rid for r in step.reqs}
+        assert running <= in_step, "every running request decodes in every step"
+        prompt_tokens = sum(len(s.token_ids) for r, s in zip(step.reqs, step.slices) if r.rid not in running)
+        assert prompt_tokens <= 32 - min(len(running), 16), "prompts get the budget the decodes leave"
+        for r, s in zip(step.reqs, step.slices):
+            if s.sample and r.rid not in first_token_step:
+                first_token_step[r.rid] = steps
+        sched.process(step, [65] * sum(s.sample for s in step.slices))
+    assert len(first_token_step) == 12 and len(set(first_token_step.values())) >= 3, \
+        "first tokens are spread over steps"
+    assert not sched.has_work()
+
+
+def test_a_mixed_step_keeps_running_requests_decoding_while_a_long_prompt_is_chunked():
+    sched = make(pages=256, chunked_prefill_size=16, mixed_chunk=True)
+    sched.handle(gen("early", [1, 2, 3], 10))
+    run_step(sched)  # early is prefilled and running
+    sched.handle(gen("long", list(range(1, 61)), 2))
+    kinds = []
+    for _ in range(4):
+        step = run_step(sched)
+        kinds.append({r.rid: len(s.token_ids) for r, s in zip(step.reqs, step.slices)})
+    assert all(k["early"] == 1 for k in kinds), "the running request decodes every step"
+    assert [k.get("long") for k in kinds] == [15, 15, 15, 15], "the prompt takes what the decode leaves"
+
+
+def test_without_mixing_a_prefill_step_pauses_decoding():
+    sched = make(pages=256, chunked_prefill_size=16)
+    sched.handle(gen("early", [1, 2, 3], 10))
+    run_step(sched)
+    sched.handle(gen("long", list(range(1, 61)), 2))
+    assert [r.rid for r in run_step(sched).reqs] == ["long"]
+
+
+def test_a_constrained_request_follows_its_grammar_and_ends_when_it_is_complete():
+    from accord.engine.llm.grammar import GrammarBackend
+
+    pool = KVPool(num_pages=64, page_size=4, num_layers=1, num_kv_heads=1, head_dim=2,
+                  dtype=torch.float32, device=torch.device("cpu"))
+    tokenizer = ByteTokenizer(258, 256, (EOS,))
+    limits = dict(page_size=4, context_length=256, max_running_requests=8, max_prefill_tokens=1024,
+                  chunked_prefill_size=None, max_queued_requests=None, schedule_policy="fcfs",
+                  disable_radix_cache=False, random_seed=0, stream_interval=1)
+    sched = Scheduler(SchedulerLimits(**limits), pool, tokenizer,
+                      GrammarBackend("xgrammar", tokenizer, 258, [EOS], True))
+    sched.handle(gen("yes", [1, 2], 50, regex="yes|no", ignore_eos=True))
+    sched.handle(gen("bad", [1, 2], 5, regex="(("))
+    script = iter([*b"yes", EOS])  # the grammar accepts its end: that ends the request even with ignore_eos
+    outs = {o["rid"]: o for o in run_all(sched, lambda r: next(script) if r.rid == "yes" else 65)}
+    assert outs["bad"]["error_code"] == 400 and "regex" in outs["bad"]["error"]
+    assert outs["yes"]["finish_reason"]["type"] == "stop"
+
+
+def test_a_constraint_without_a_grammar_backend_is_refused():
+    sched = make()
+    sched.handle(gen("c", [1, 2], 5, json_schema='{"type": "object"}'))
+    out = sched.take_outputs()[0]
+    assert out["error_code"] == 400 and "--grammar-backend" in out["error"]

@@ -42,7 +42,8 @@ SERVE_SCRIPT = ("import json, sys\n"
 def server_config(**flags) -> ResolvedConfig:
     user = {"model_path": "tiny-llama", "random_seed": 0, "dtype": "float32", "max_total_tokens": 8192,
             "page_size": 16, "attention_backend": "torch_native", "port": free_port(), **flags}
-    return resolve("llm", user, load_facts("cpu", ["host.ram_gib=8"], model_path=user["model_path"]))
+    facts = load_facts("cpu", ["host.ram_gib=8"], model_path=user["model_path"])
+    return resolve("llm", user, {**facts, "engine": "accord"})  # as `accord serve` resolves
 
 
 def alive(pid: int) -> bool:

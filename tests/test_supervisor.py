@@ -48,6 +48,16 @@ def note_sigterm_then_exit(path: str, linger: float) -> None:
     serve_forever()
 
 
+def note_signal_then_exit(path: str, signum: int) -> None:
+    """Record when `signum` came (the alert of a failure elsewhere), then exit cleanly."""
+    def on_signal(received, frame):
+        Path(path).write_text(f"{time.monotonic()}")
+        raise SystemExit(0)
+
+    signal.signal(signum, on_signal)
+    serve_forever()
+
+
 def alive(pid: int) -> bool:
     """True while `pid` is a live (non-zombie) process."""
     try:
@@ -162,6 +172,20 @@ def test_a_failure_does_not_wait_for_the_drain(tmp_path, capsys):
     started = time.monotonic()
     assert group.run(ready_timeout=60) == 1
     assert time.monotonic() - started < 30, "a failed group is torn down, not drained"
+
+
+def test_a_failure_alerts_the_marked_child_before_the_group_goes_down(tmp_path, capsys):
+    """`alert`: when another child fails, the marked child gets its signal (a front end failing
+    the requests in flight) and exits on its own before the others are stopped."""
+    group = ProcessGroup("demo")
+    group.start("front", note_signal_then_exit, str(tmp_path / "front"), int(signal.SIGUSR1))
+    group.start("back", note_sigterm_then_exit, str(tmp_path / "back"), 0.0)
+    group.start("worker", fail_after, 0.5, "boom")
+    group.alert("front", signal.SIGUSR1, 10.0)
+    assert group.run(ready_timeout=60) == 1
+    front, back = (float((tmp_path / n).read_text()) for n in ("front", "back"))
+    assert front < back, "the alerted child hears of the failure before the others are stopped"
+    assert "boom" in capsys.readouterr().err
 
 
 def test_duplicate_child_names_are_refused():

@@ -15,6 +15,10 @@ Modules, each with one job:
 - `batch`, `model_runner`, `cuda_graph`, `sampling`, `sampling_params`: one forward step and
   its tokens;
 - `scheduler`: the batching policy; `worker`: one rank's step, kept in lockstep with its group;
+- `grammar`: constrained decoding (xgrammar, llguidance); `cpu_threads`: a CPU rank's threads;
 - `scheduler_process`, `detokenizer`, `http_server`: the processes; `messages`: their msgpack
-  wire format; `tokenizer`: the byte-level tokenizer of the built-in model.
+  wire format; `tokenizer`: the byte-level tokenizer of the built-in model;
+- the front end: `http_server` (route table and handlers), `openai_protocol` (request parsing and
+  response shapes), `tool_calls`, `reasoning`, `front_end` (requests in flight, drain, watchdog), `api_keys`,
+  `request_errors`.
 """

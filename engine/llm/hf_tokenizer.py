@@ -34,9 +34,11 @@ class HFTokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=True)
 
-    def apply_chat_template(self, messages: Sequence[Mapping[str, str]]) -> str:
+    def apply_chat_template(self, messages: Sequence[Mapping], tools: Sequence[Mapping] | None = None) -> str:
+        """The prompt of a conversation; `tools` (OpenAI function objects) go to the template as
+        transformers passes them, for templates that describe tools to the model."""
         if not self.chat_template:
-            return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
+            return "".join(f"{m['role']}: {m.get('content') or ''}\n" for m in messages) + "assistant:"
         from jinja2.ext import loopcontrols
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -46,7 +48,8 @@ class HFTokenizer:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
         env.globals["raise_exception"] = raise_exception
         return env.from_string(self.chat_template).render(
-            messages=list(messages), add_generation_prompt=True, **self.special)
+            messages=list(messages), tools=list(tools) if tools else None, add_generation_prompt=True,
+            **self.special)
 
 
 def gguf_tokenizer(path: str, bos_token_id: int | None, eos_token_ids: Sequence[int]) -> HFTokenizer:

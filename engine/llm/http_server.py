@@ -1,303 +1,82 @@
-"""The front end process: HTTP (starlette + uvicorn), tokenization, and routing to the schedulers.
+"""The front end process's HTTP layer (starlette + uvicorn): a route table of plain handlers.
 
 Endpoints: SGLang's native /generate, /tokenize, /detokenize, /get_model_info; OpenAI-compatible
-/v1/completions and /v1/chat/completions (n choices, list prompts, text content parts,
-stream_options.include_usage, logprobs / top_logprobs, echo, penalties, logit_bias, min_tokens)
-(streamed as server-sent events when "stream" is true), /v1/models, /health (200 once every
-scheduler group reported ready) and /server_info (the resolved config with provenance, plus the
-sizes the ranks derived from it). A bad body is a 400 naming the field; a prompt that does not fit
-the context is a 400 saying by how much. Requests go to the DP groups in turn. Imports no torch.
+/v1/completions and /v1/chat/completions (streamed as server-sent events when "stream" is true),
+/v1/models, /health (200 once every scheduler group reported ready), /health_generate, /metrics,
+and the admin routes /server_info and /flush_cache. Request shapes and response formatting live in
+openai_protocol.py and tool_calls.py; the state behind the handlers (sockets, requests in flight,
+drain, watchdog) in front_end.py.
+
+Each generating handler reads the body, then parses, validates and tokenizes it in a worker
+thread (a body of several megabytes never holds up /health), submits one request per prompt and
+choice, and answers JSON or an event stream. A bad body is a 400 naming the field. Imports no torch.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
-import itertools
 import json
 import os
 import signal
 import time
 import uuid
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import uvicorn
-import zmq
-import zmq.asyncio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from accord.engine.llm.messages import pack, unpack
-from accord.engine.llm.model_config import ModelConfig, context_length, load_model_config
-from accord.engine.llm.sampling_params import MAX_NEW_TOKENS_DEFAULT, SamplingParams
+from accord.engine.llm import api_keys
+from accord.engine.llm import openai_protocol as proto
+from accord.engine.llm.front_end import DRAIN_EXIT_S, FrontEnd, drain_grace_s
+from accord.engine.llm.reasoning import StreamSplitter
+from accord.engine.llm.reasoning import split as split_reasoning
+from accord.engine.llm.model_config import load_model_config
+from accord.engine.llm.request_errors import BadRequest, error_body
+from accord.engine.llm.sampling_params import SamplingParams
 from accord.engine.llm.settings import EngineSettings
-from accord.engine.llm.tokenizer import make_tokenizer
-from accord.engine.ports import Endpoints, bind_private
-from accord.engine.supervisor import EXIT_WATCHDOG, report_ready
-from accord.resolver.errors import AccordError, UsageError
+from accord.engine.llm.api_keys import secret
+from accord.engine.llm.tool_calls import constrained_calls, parsed_calls
+from accord.engine.ports import Endpoints
+from accord.engine.supervisor import report_ready
+from accord.resolver.errors import UsageError
 from accord.resolver.frozen import ResolvedConfig
 
-OPENAI_COMPLETION_DEFAULT_MAX_TOKENS = 16
 HEALTH_GENERATE_TIMEOUT_S = 20.0
-
-
-WATCHDOG_POLL_S = 0.25
-# After the watchdog fires, /health answers 503 this long before the process exits (and the
-# supervisor tears the group down), so health checkers see why.
-WATCHDOG_EXIT_GRACE_S = 5.0
-
-
-# SIGTERM: stop accepting, give in-flight requests this long to finish, then end each one still
-# running with a JSON error (an error event for a stream) and exit. The supervisor waits for this
-# process for the drain period + DRAIN_EXIT_S before it stops the processes behind it; uvicorn gives
-# open responses all but the last second of that (time to write the errors of cut requests).
-DRAIN_GRACE_S = 10.0
-DRAIN_EXIT_S = 5.0
-DRAIN_GRACE_ENV = "ACCORD_DRAIN_GRACE_S"
-
-
-def drain_grace_s(environ=os.environ) -> float:
-    """The drain period: ACCORD_DRAIN_GRACE_S seconds when set (an orchestrator with its own
-    termination deadline sets it below that deadline), else DRAIN_GRACE_S."""
-    raw = environ.get(DRAIN_GRACE_ENV)
-    if raw is None:
-        return DRAIN_GRACE_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value <= 3600:  # also false for nan
-        raise UsageError(f"{DRAIN_GRACE_ENV}={raw!r} is not a drain period; set it to a number of "
-                         f"seconds between 0 and 3600 (or unset it for {DRAIN_GRACE_S:g} s).")
-    return value
-
-
-class WatchdogTimeout(AccordError):
-    exit_code = EXIT_WATCHDOG
-
-
-class BadRequest(Exception):
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.status = status
+DISCONNECT_POLL_S = 0.25
+# Far above any prompt the context holds as text or token ids; a bigger body is refused unread.
+MAX_BODY_BYTES = 32 * 1024 * 1024
+# The signal the supervisor sends this process when another process of the group died.
+PEER_DIED_SIGNAL = signal.SIGUSR1
 
 
 def error_response(message: str, status: int) -> JSONResponse:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+    return JSONResponse(error_body(message, status), status_code=status)
 
 
-SECRET_KEYS = ("api_key", "admin_api_key")
-# Where a key can come from instead of argv (where `ps` shows it): an environment variable holding
-# the key, or one naming a file that holds it. SGLang itself only has --api-key / --admin-api-key.
-KEY_SOURCES = {"api_key": ("ACCORD_API_KEY", "ACCORD_API_KEY_FILE"),
-               "admin_api_key": ("ACCORD_ADMIN_API_KEY", "ACCORD_ADMIN_API_KEY_FILE")}
+# -- reading a request ----------------------------------------------------------------------------
+
+async def parsed(request: Request, parse: Callable[[FrontEnd, dict], Any]) -> Any:
+    """Read the body (size-limited), then decode, check and tokenize it off the event loop."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise BadRequest(f"the request body is {declared} bytes; the limit is {MAX_BODY_BYTES}", 413)
+    data = bytearray()
+    async for piece in request.stream():
+        data += piece
+        if len(data) > MAX_BODY_BYTES:
+            raise BadRequest(f"the request body exceeds the limit of {MAX_BODY_BYTES} bytes", 413)
+    front = request.app.state.front
+    return await asyncio.to_thread(lambda: parse(front, proto.parse_json(bytes(data))))
 
 
-def secret(name: str, from_config: str | None, environ) -> str | None:
-    """The key `name` from exactly one of: its flag, its environment variable, its file (named by
-    an environment variable). More than one, an unreadable or an empty file is a UsageError; the
-    key itself is never part of a message."""
-    variable, file_variable = KEY_SOURCES[name]
-    flag = "--" + name.replace("_", "-")
-    given = [what for what, present in ((flag, from_config is not None), (variable, variable in environ),
-                                        (file_variable, file_variable in environ)) if present]
-    if len(given) > 1:
-        raise UsageError(f"the {name.replace('_', ' ').replace('api', 'API')} is given more than once "
-                         f"({' and '.join(given)}); keep one of them.")
-    if file_variable in environ:
-        path = environ[file_variable]
-        try:
-            with open(path, encoding="utf-8") as fh:
-                value = fh.read().strip()
-        except OSError as err:
-            raise UsageError(f"{file_variable}={path}: cannot read the key file ({err.strerror}); "
-                             "point it at a readable file holding the key.") from None
-        if not value:
-            raise UsageError(f"{file_variable}={path}: the key file is empty; write the key into it.")
-        return value
-    if variable in environ:
-        if not environ[variable]:
-            raise UsageError(f"{variable} is set but empty; set it to the key or unset it.")
-        return environ[variable]
-    return from_config
-
-
-def redacted(info: dict) -> dict:
-    """The config as /server_info shows it: secrets replaced by a marker saying one is set."""
-    values = dict(info.get("values", {}))
-    for key in SECRET_KEYS:
-        if values.get(key) is not None:
-            values[key] = "<redacted>"
-    provenance = dict(info.get("provenance", {}))
-    for key in SECRET_KEYS:
-        if isinstance(provenance.get(key), dict):
-            provenance[key] = {"source": provenance[key].get("source")}
-    return {**info, "values": values, "provenance": provenance}
-
-
-class FrontEnd:
-    """Tokenizes requests, sends them to a scheduler group, and routes outputs back to callers."""
-
-    def __init__(self, config: ResolvedConfig, settings: EngineSettings, model: ModelConfig,
-                 endpoints: Endpoints):
-        self.config, self.settings, self.endpoints = config, settings, endpoints
-        self.tokenizer = make_tokenizer(model)
-        self.context_length = context_length(settings.context_length, model)
-        self.model_name = settings.served_model_name or settings.model_path or "smollm2"
-        self.runtime: dict[int, dict] = {}
-        self._queues: dict[str, asyncio.Queue] = {}
-        self._next_group = itertools.cycle(range(len(endpoints.scheduler_inputs)))
-        self.api_key = secret("api_key", settings.api_key, os.environ)
-        self.admin_key = secret("admin_api_key", config.values.get("admin_api_key"), os.environ)
-        self.watchdog_timeout = config.values.get("watchdog_timeout")
-        self.heartbeats: dict[int, float] = {}  # DP group -> when its leader last reported
-        self.stuck: str | None = None            # set once the watchdog fired
-        self.draining = False                    # set on SIGTERM: no new requests
-        self.metrics = None
-        if config.values.get("enable_metrics"):
-            from accord.engine.llm.metrics import Metrics  # prometheus-client only when asked for
-            self.metrics = Metrics(self.model_name)
-
-    @property
-    def ready(self) -> bool:
-        return len(self.runtime) == len(self.endpoints.scheduler_inputs)
-
-    async def start(self) -> None:
-        self._zmq = zmq.asyncio.Context()
-        self._zmq.setsockopt(zmq.LINGER, 0)  # never block exit on unsent messages
-        self._inbox = self._zmq.socket(zmq.PULL)
-        bind_private(self._inbox, self.endpoints.tokenizer)
-        self._outboxes = []
-        for address in self.endpoints.scheduler_inputs:
-            sock = self._zmq.socket(zmq.PUSH)
-            sock.connect(address)
-            self._outboxes.append(sock)
-        self.reader = asyncio.create_task(self._read_outputs())
-        self.watchdog = asyncio.create_task(self._watch())
-
-    async def _read_outputs(self) -> None:
-        while True:
-            message = unpack(await self._inbox.recv())
-            if message["type"] in ("ready", "heartbeat"):
-                self.heartbeats[message["dp"]] = time.monotonic()
-            if message.get("stats") and self.metrics is not None:
-                self.metrics.scheduler_stats(message["dp"], message["stats"])
-            if message["type"] == "ready":
-                self.runtime[message["dp"]] = message["runtime"]
-            elif message["type"] == "outputs":
-                for item in message["items"]:
-                    queue = self._queues.get(item["rid"])
-                    if queue is not None:
-                        queue.put_nowait(item)
-
-    async def _watch(self) -> None:
-        """--watchdog-timeout: a scheduler group whose leader stopped reporting fails every
-        request in flight, then /health, then (after a short grace) this process with EXIT_WATCHDOG."""
-        if not self.watchdog_timeout:
-            await asyncio.Event().wait()  # off: never ends
-        while True:
-            await asyncio.sleep(WATCHDOG_POLL_S)
-            now = time.monotonic()
-            silent = sorted(d for d, t in self.heartbeats.items() if now - t > self.watchdog_timeout)
-            if self.ready and silent:
-                self.stuck = (f"watchdog: scheduler group dp{silent[0]} made no progress for more than "
-                              f"{self.watchdog_timeout:g} s (--watchdog-timeout); the server is shutting down")
-                self.fail_all(self.stuck, 503)
-                await asyncio.sleep(WATCHDOG_EXIT_GRACE_S)
-                raise WatchdogTimeout(self.stuck)
-
-    def fail_all(self, message: str, status: int) -> None:
-        """End every request in flight with an error (each one's handler answers it as JSON)."""
-        for rid, queue in self._queues.items():
-            queue.put_nowait({"rid": rid, "error": message, "error_code": status})
-
-    async def drain(self, server) -> None:
-        """SIGTERM: refuse new requests, let running ones finish for the drain period, cut the rest."""
-        self.draining = True
-        server.should_exit = True  # uvicorn stops listening and waits for open responses
-        grace = drain_grace_s()
-        deadline = time.monotonic() + grace
-        while self._queues and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        self.fail_all(f"the server is shutting down (SIGTERM) and this request did not finish within "
-                      f"the {grace:g} s drain period", 503)
-
-    def check_prompt(self, input_ids: list[int], max_new_tokens: int) -> None:
-        if not input_ids:
-            raise BadRequest("the prompt is empty")
-        bad = [i for i in input_ids if not isinstance(i, int) or not 0 <= i < self.tokenizer.vocab_size]
-        if bad:
-            raise BadRequest(f"input_ids must be integers in [0, {self.tokenizer.vocab_size}); got {bad[0]!r}")
-        total = len(input_ids) + max_new_tokens
-        if total > self.context_length:
-            raise BadRequest(f"the prompt has {len(input_ids)} tokens and max_new_tokens is "
-                             f"{max_new_tokens}: {total} tokens exceed the context length of "
-                             f"{self.context_length} by {total - self.context_length}; shorten the "
-                             "prompt or lower max_new_tokens / max_tokens")
-
-    def check_token_ids(self, params: SamplingParams) -> None:
-        vocab = self.tokenizer.vocab_size
-        bad = [t for t in (params.logit_bias or {}) if int(t) >= vocab]
-        if bad:
-            raise BadRequest(f"logit_bias: token id {bad[0]} is outside the vocabulary [0, {vocab})")
-
-    def submit(self, input_ids: list[int], params: SamplingParams, stream: bool,
-               rid: str, logprobs: dict | None = None) -> AsyncIterator[dict]:
-        """Check the prompt now (so a bad one is a 400 before any streaming starts), then return
-        the request's output items (a single one when not streaming). `logprobs`, when given, is
-        {"top": alternatives per position, "start": first prompt position, or None for none}."""
-        if self.stuck:
-            raise BadRequest(self.stuck, 503)
-        if self.draining:
-            raise BadRequest("the server is shutting down (SIGTERM); no new requests are taken", 503)
-        self.check_prompt(input_ids, params.max_new_tokens)
-        self.check_token_ids(params)
-        if rid in self._queues:
-            raise BadRequest(f"rid {rid!r} is already in use by a running request")
-        self._queues[rid] = asyncio.Queue()
-        return self._outputs_of(input_ids, params, stream, rid, logprobs)
-
-    def forget(self, rid: str) -> None:
-        """Drop a submitted request whose outputs were never read (nothing was sent for it)."""
-        self._queues.pop(rid, None)
-
-    async def _outputs_of(self, input_ids: list[int], params: SamplingParams, stream: bool,
-                          rid: str, logprobs: dict | None) -> AsyncIterator[dict]:
-        queue = self._queues[rid]
-        outbox = self._outboxes[next(self._next_group)]
-        finished = False
-        timer = self.metrics.track() if self.metrics else None
-        outcome = "aborted"
-        try:
-            await outbox.send(pack(
-                {"type": "generate", "rid": rid, "input_ids": input_ids, "sampling": params.to_dict(),
-                 "stream": stream, "logprobs": logprobs}))
-            while not finished:
-                item = await queue.get()
-                if item.get("error"):
-                    finished, outcome = True, "error"
-                    raise BadRequest(item["error"], item.get("error_code") or 400)
-                finished = item["finished"]
-                if timer:
-                    timer.output(item)
-                if finished:
-                    outcome = "finished"
-                yield item
-        finally:
-            if timer:
-                timer.done(outcome)
-            del self._queues[rid]
-            if not finished:  # the caller went away: stop spending compute on it
-                await outbox.send(pack({"type": "abort", "rid": rid}))
-
-
-DISCONNECT_POLL_S = 0.25
-
+# -- running requests ------------------------------------------------------------------------------
 
 async def unless_disconnected(request: Request, work):
     """Await `work`, cancelling it (which aborts its requests) if the client goes away first."""
@@ -326,163 +105,23 @@ async def final_item(items: AsyncIterator[dict]) -> dict:
         await items.aclose()  # on cancellation too: closing an unfinished request aborts it
 
 
-# -- request parsing -------------------------------------------------------------------------------
-
-# Far above any prompt the context holds as text or token ids; a bigger body is refused unread.
-MAX_BODY_BYTES = 32 * 1024 * 1024
-
-
-async def read_json(request: Request) -> dict:
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise BadRequest(f"the request body is {declared} bytes; the limit is {MAX_BODY_BYTES}", 413)
-    data = bytearray()
-    async for piece in request.stream():
-        data += piece
-        if len(data) > MAX_BODY_BYTES:
-            raise BadRequest(f"the request body exceeds the limit of {MAX_BODY_BYTES} bytes", 413)
-    try:
-        # Parsing a large body takes a while: off the event loop, so other requests keep flowing.
-        body = await asyncio.to_thread(json.loads, bytes(data))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise BadRequest(f"the request body is not valid JSON: {err}") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    return body
-
-
-def sampling_from(raw: Any) -> SamplingParams:
-    if not isinstance(raw, dict):
-        raise BadRequest("sampling_params must be a JSON object")
-    try:
-        return SamplingParams.from_request(raw)
-    except (ValueError, TypeError) as err:
-        raise BadRequest(f"sampling_params: {err}") from None
-
-
-# Fields this engine does not implement: a request that sets them is refused, never half-served.
-UNSUPPORTED_WHEN_SET = ("suffix", "tools", "functions")
-MAX_TOP_LOGPROBS = 20  # as vLLM and OpenAI's chat API allow
-
-
-def choice_count(body: dict) -> int:
-    """`n` (and `best_of`, which must not ask for more candidates than are returned)."""
-    n, best_of = body.get("n", 1), body.get("best_of")
-    if n is None:
-        n = 1
-    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 128:
-        raise BadRequest("n must be an integer in [1, 128]")
-    if best_of is not None and best_of != n:
-        raise BadRequest("best_of must equal n: this server returns every candidate it samples")
-    return n
-
-
-def openai_sampling(body: dict, default_max_tokens: int | None) -> SamplingParams:
-    for field in UNSUPPORTED_WHEN_SET:
-        if body.get(field) not in (None, False, [], {}):
-            raise BadRequest(f"{field} is not supported by this server; remove it from the request")
-    if body.get("tool_choice") not in (None, "none"):
-        raise BadRequest("tool_choice is not supported by this server (no tool calling)")
-    response_format = body.get("response_format")
-    if response_format is not None and response_format != {"type": "text"}:
-        raise BadRequest("response_format other than {\"type\": \"text\"} is not supported by this "
-                         "server (no constrained decoding)")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens", default_max_tokens))
-    raw = {"max_new_tokens": max_tokens if max_tokens is not None else MAX_NEW_TOKENS_DEFAULT,
-           "temperature": body.get("temperature"), "top_p": body.get("top_p"), "top_k": body.get("top_k"),
-           "stop": body.get("stop"), "seed": body.get("seed"), "ignore_eos": body.get("ignore_eos"),
-           "stop_token_ids": body.get("stop_token_ids"), "frequency_penalty": body.get("frequency_penalty"),
-           "presence_penalty": body.get("presence_penalty"),
-           "repetition_penalty": body.get("repetition_penalty"), "min_new_tokens": body.get("min_tokens"),
-           "logit_bias": body.get("logit_bias")}
-    try:
-        return SamplingParams.from_request(raw)
-    except (ValueError, TypeError) as err:
-        raise BadRequest(str(err).replace("max_new_tokens", "max_tokens").replace("min_new_tokens", "min_tokens")) from None
-
-
-def top_count(value: Any, field: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_TOP_LOGPROBS:
-        raise BadRequest(f"{field} must be an integer in [0, {MAX_TOP_LOGPROBS}]")
-    return value
-
-
-def completion_logprobs(body: dict) -> dict | None:
-    """Completions: `logprobs` N asks for N alternatives per token; with `echo`, the prompt's too."""
-    if body.get("logprobs") is None:
-        return None
-    return {"top": top_count(body["logprobs"], "logprobs"), "start": 0 if body.get("echo") else None}
-
-
-def chat_logprobs(body: dict) -> dict | None:
-    """Chat: `logprobs: true` asks for them, `top_logprobs` N for N alternatives."""
-    wanted = bool_field(body, "logprobs")
-    top = body.get("top_logprobs")
-    if top is not None and not wanted:
-        raise BadRequest("top_logprobs needs logprobs: true")
-    return {"top": top_count(top or 0, "top_logprobs"), "start": None} if wanted else None
-
-
-def native_logprobs(body: dict) -> dict | None:
-    """/generate: return_logprob, top_logprobs_num, logprob_start_len (-1: output only), as upstream."""
-    if not bool_field(body, "return_logprob"):
-        return None
-    start = body.get("logprob_start_len", -1)
-    if start is None:
-        start = -1
-    if not isinstance(start, int) or isinstance(start, bool) or start < -1:
-        raise BadRequest("logprob_start_len must be an integer >= -1 (-1: output tokens only)")
-    return {"top": top_count(body.get("top_logprobs_num") or 0, "top_logprobs_num"),
-            "start": None if start == -1 else start}
-
-
-def bool_field(body: dict, name: str) -> bool:
-    value = body.get(name, False)
-    if not isinstance(value, bool):
-        raise BadRequest(f"{name} must be true or false")
-    return value
-
-
-def finish_reason(item: dict) -> str | None:
-    reason = item.get("finish_reason")
-    return None if reason is None else ("length" if reason["type"] == "length" else "stop")
-
-
-async def merged(streams: list[AsyncIterator[dict]]) -> AsyncIterator[tuple[int, dict]]:
-    """(choice index, item) from several requests' outputs as they arrive."""
-    queue: asyncio.Queue = asyncio.Queue()
-
-    async def pump(index: int, items: AsyncIterator[dict]) -> None:
-        try:
-            async for item in items:
-                await queue.put((index, item, None))
-        except BadRequest as err:
-            await queue.put((index, None, err))
-        await queue.put((index, None, None))
-
-    tasks = [asyncio.create_task(pump(i, items)) for i, items in enumerate(streams)]
-    try:
-        open_streams = len(streams)
-        while open_streams:
-            index, item, err = await queue.get()
-            if err is not None:
-                raise err
-            if item is None:
-                open_streams -= 1
-            else:
-                yield index, item
-    finally:
-        for task in tasks:
-            task.cancel()
-        for items in streams:
-            await items.aclose()
-
-
 class Choices:
-    """The n x prompts requests behind one OpenAI call, closed together (which aborts them)."""
+    """The n x prompts requests behind one call, closed together (which aborts them). Each choice
+    of a seeded request samples with its own seed derived from it (proto.choice_seed)."""
 
-    def __init__(self, streams: list[AsyncIterator[dict]]):
-        self.streams = streams
+    def __init__(self, front: FrontEnd, call: proto.Call, rid: str):
+        self.streams: list[AsyncIterator[dict]] = []
+        rids = []
+        try:
+            for p, ids in enumerate(call.prompts):
+                for k in range(call.n):
+                    rids.append(f"{rid}-{p * call.n + k}" if call.n > 1 or len(call.prompts) > 1 else rid)
+                    params = dataclasses.replace(call.params, seed=proto.choice_seed(call.params.seed, k))
+                    self.streams.append(front.submit(ids, params, call.stream, rids[-1], call.logprobs))
+        except BadRequest:
+            for submitted in rids[:len(self.streams)]:
+                front.forget(submitted)
+            raise
 
     async def aclose(self) -> None:
         for items in self.streams:
@@ -494,398 +133,344 @@ class Choices:
         finally:
             await self.aclose()
 
+    async def merged(self) -> AsyncIterator[tuple[int, dict]]:
+        """(choice index, item) from every request as they arrive."""
+        queue: asyncio.Queue = asyncio.Queue()
 
-def include_usage(body: dict) -> bool:
-    options = body.get("stream_options") or {}
-    if not isinstance(options, dict):
-        raise BadRequest("stream_options must be an object")
-    value = options.get("include_usage", False)
-    if not isinstance(value, bool):
-        raise BadRequest("stream_options.include_usage must be true or false")
-    return value
+        async def pump(index: int, items: AsyncIterator[dict]) -> None:
+            try:
+                async for item in items:
+                    await queue.put((index, item, None))
+            except BadRequest as err:
+                await queue.put((index, None, err))
+            await queue.put((index, None, None))
+
+        tasks = [asyncio.create_task(pump(i, items)) for i, items in enumerate(self.streams)]
+        try:
+            open_streams = len(self.streams)
+            while open_streams:
+                index, item, err = await queue.get()
+                if err is not None:
+                    raise err
+                if item is None:
+                    open_streams -= 1
+                else:
+                    yield index, item
+        finally:
+            for task in tasks:
+                task.cancel()
+            await self.aclose()
 
 
-def text_content(content: Any, index: int) -> str:
-    """A chat message's content: a string, or a list of {"type": "text"} parts (joined)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise BadRequest(f"messages[{index}].content: only text parts are supported, got {kind!r}")
-            texts.append(part["text"])
-        return "".join(texts)
-    raise BadRequest(f"messages[{index}].content must be a string or a list of text parts")
-
-
-def sse(events: AsyncIterator[dict], items: AsyncIterator[dict]) -> StreamingResponse:
-    """Server-sent events; closing `items` at the end aborts the request if the client left early."""
+def sse(events: AsyncIterator[dict], choices: Choices) -> StreamingResponse:
+    """Server-sent events. An error (a cut or failed request) is one error event, then the end of
+    the stream; closing the requests at the end aborts them if the client left early."""
     async def body():
         try:
             async for event in events:
                 yield f"data: {json.dumps(event, sort_keys=True)}\n\n"
         except BadRequest as err:
-            yield f"data: {json.dumps({'error': {'message': str(err), 'code': err.status}})}\n\n"
+            yield f"data: {json.dumps(error_body(str(err), err.status))}\n\n"
         finally:
-            await items.aclose()
+            await choices.aclose()
         yield "data: [DONE]\n\n"
     return StreamingResponse(body(), media_type="text/event-stream")
 
 
-# -- the application -----------------------------------------------------------------------------
+def openai_stream(choices: Choices, call: proto.Call, chunk, base: dict) -> StreamingResponse:
+    async def events():
+        completion = [0] * len(choices.streams)
+        first = [True] * len(choices.streams)
+        async for index, item in choices.merged():
+            completion[index] = item["completion_tokens"]
+            piece = chunk(index, item, first[index])
+            if piece is not None:
+                yield {**base, "choices": [piece]}
+            first[index] = False
+        if call.usage_wanted:
+            prompt = sum(len(p) for p in call.prompts) * call.n
+            yield {**base, "choices": [], "usage": proto.usage(prompt, sum(completion))}
+    return sse(events(), choices)
 
-def build_app(front: FrontEnd) -> Starlette:
-    tokenizer = front.tokenizer
+
+def token_text(front: FrontEnd) -> Callable[[int], str]:
+    if front.settings.skip_tokenizer_init:
+        return lambda token: f"token_id:{token}"
+    return lambda token: front.tokenizer.decode([token])
+
+
+# -- handlers --------------------------------------------------------------------------------------
+
+async def generate(request: Request) -> Response:
+    front: FrontEnd = request.app.state.front
+    call = await parsed(request, proto.parse_generate)
+    rid = call.rid or uuid.uuid4().hex
+    choices = Choices(front, call, rid)
+    entries = {"input": [], "output": []}
     skip_text = front.settings.skip_tokenizer_init
 
-    async def prompt_ids(prompt: Any, field: str) -> list[int]:
-        """A prompt given as text or as token ids."""
-        if isinstance(prompt, list):
-            if not all(isinstance(i, int) and not isinstance(i, bool) for i in prompt):
-                raise BadRequest(f"{field} must be a list of integer token ids")
-            return prompt
-        if isinstance(prompt, str):
-            if skip_text:
-                raise BadRequest("the server runs with --skip-tokenizer-init: send token ids, not text")
-            return await asyncio.to_thread(tokenizer.encode, prompt)
-        raise BadRequest(f"{field} must be a string or a list of token ids")
+    def logprob_fields(item: dict) -> dict | None:
+        if call.logprobs is None:
+            return None
+        for side in entries:
+            entries[side] += (item.get("logprobs") or {}).get(side, [])
+        return proto.native_logprob_fields(entries, call.logprobs["top"], call.with_text, token_text(front))
 
-    def token_str(token: int) -> str:
-        return f"token_id:{token}" if skip_text else tokenizer.decode([token])
-
-    def meta(item: dict, rid: str, logprobs: dict | None = None) -> dict:
-        info = {"id": rid, "finish_reason": item.get("finish_reason"),
-                "prompt_tokens": item["prompt_tokens"], "completion_tokens": item["completion_tokens"],
-                "cached_tokens": item["cached_tokens"]}
-        return {**info, **(logprobs or {})}
-
-    def native_logprob_fields(entries: dict, top: int, with_text: bool) -> dict:
-        """Upstream's meta_info shape: (logprob, token id, text or None) per position, and per
-        position its top alternatives (None where there is no logprob: the first prompt token)."""
-        def one(lp, token):
-            return [lp, token, token_str(token) if with_text else None]
-        fields = {}
-        for side in ("input", "output"):
-            fields[f"{side}_token_logprobs"] = [one(lp, t) for lp, t, _ in entries[side]]
-            if top:
-                fields[f"{side}_top_logprobs"] = [None if lp is None else [one(a, b) for a, b in alts]
-                                                  for lp, _, alts in entries[side]]
-        return fields
-
-    async def generate(request: Request) -> Response:
-        body = await read_json(request)
-        params = sampling_from(body.get("sampling_params") or {})
-        stream = bool_field(body, "stream")
-        wanted = native_logprobs(body)
-        with_text = bool_field(body, "return_text_in_logprobs")
-        if "input_ids" not in body and "text" not in body:
-            raise BadRequest("text or input_ids is required")
-        field = "input_ids" if "input_ids" in body else "text"
-        ids = await prompt_ids(body[field], field)
-        rid = str(body.get("rid") or uuid.uuid4().hex)
-        items = front.submit(ids, params, stream, rid, wanted)
-        entries = {"input": [], "output": []}
-
-        def logprob_fields(item: dict) -> dict | None:
-            if wanted is None:
-                return None
-            for side in entries:
-                entries[side] += (item.get("logprobs") or {}).get(side, [])
-            return native_logprob_fields(entries, wanted["top"], with_text)
-
-        if stream:
-            async def events():
-                text, out_ids = "", []
-                async for item in items:
-                    text += item["text"] or ""
-                    out_ids += item["ids"]
-                    yield {"text": None if skip_text else text, "output_ids": out_ids,
-                           "meta_info": meta(item, rid, logprob_fields(item))}
-            return sse(events(), items)
-        item = await unless_disconnected(request, final_item(items))
-        return JSONResponse({"text": item["text"], "output_ids": item["ids"],
-                             "meta_info": meta(item, rid, logprob_fields(item))})
-
-    def top_dict(alternatives: list) -> dict:
-        """{token text: logprob}, best first; tokens that decode alike keep the best logprob."""
-        found: dict[str, float] = {}
-        for value, token in alternatives:
-            found.setdefault(token_str(token), value)
-        return found
-
-    def completion_logprob_fields(entries: list, offset: int) -> dict:
-        """The legacy completions shape; text offsets count from `offset` in the choice's text."""
-        tokens = [token_str(t) for _, t, _ in entries]
-        offsets = []
-        for token in tokens:
-            offsets.append(offset)
-            offset += len(token)
-        return {"tokens": tokens, "token_logprobs": [lp for lp, _, _ in entries],
-                "top_logprobs": [None if lp is None else top_dict(alts) for lp, _, alts in entries],
-                "text_offset": offsets}
-
-    def chat_logprob_fields(entries: list) -> dict:
-        def one(lp, token):
-            text = token_str(token)
-            return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
-        return {"content": [{**one(lp, t), "top_logprobs": [one(a, b) for a, b in alts]}
-                            for lp, t, alts in entries], "refusal": None}
-
-    def usage(item: dict) -> dict:
-        return {"prompt_tokens": item["prompt_tokens"], "completion_tokens": item["completion_tokens"],
-                "total_tokens": item["prompt_tokens"] + item["completion_tokens"]}
-
-    def check_model(body: dict) -> None:
-        model = body.get("model")
-        if model is not None and model != front.model_name:
-            raise BadRequest(f"The model `{model}` does not exist. This server serves "
-                             f"`{front.model_name}`.", 404)
-
-    def prompt_list(raw: Any) -> list:
-        """A completion prompt (text, token ids, or a non-empty list of either) as a list of them."""
-        if isinstance(raw, list) and raw and all(isinstance(p, (str, list)) for p in raw):
-            return raw
-        return [raw]
-
-    async def prompts_of(raw: Any) -> list[list[int]]:
-        listed = prompt_list(raw)
-        return [await prompt_ids(p, "prompt" if listed[0] is raw else f"prompt[{i}]")
-                for i, p in enumerate(listed)]
-
-    def start_choices(prompts: list[list[int]], n: int, params: SamplingParams, stream: bool,
-                      rid: str, logprobs: dict | None = None) -> Choices:
-        streams, rids = [], []
-        try:
-            for p, ids in enumerate(prompts):
-                for k in range(n):
-                    rids.append(f"{rid}-{p * n + k}")
-                    streams.append(front.submit(ids, params, stream, rids[-1], logprobs))
-        except BadRequest:
-            for submitted in rids[:len(streams)]:
-                front.forget(submitted)
-            raise
-        return Choices(streams)
-
-    def total_usage(finals: list[dict], prompts: list[list[int]]) -> dict:
-        prompt = sum(len(p) for p in prompts)
-        completion = sum(item["completion_tokens"] for item in finals)
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-    def openai_stream(choices: Choices, chunk, base: dict, usage_wanted: bool, prompts, n: int):
+    if call.stream:
         async def events():
-            completion = [0] * len(choices.streams)
-            first = [True] * len(choices.streams)
-            async for index, item in merged(choices.streams):
-                completion[index] = item["completion_tokens"]
-                yield {**base, "choices": [chunk(index, item, first[index])]}
-                first[index] = False
-            if usage_wanted:
-                prompt = sum(len(p) for p in prompts) * n
-                yield {**base, "choices": [], "usage": {
-                    "prompt_tokens": prompt, "completion_tokens": sum(completion),
-                    "total_tokens": prompt + sum(completion)}}
+            text, out_ids = "", []
+            async for _, item in choices.merged():
+                text += item["text"] or ""
+                out_ids += item["ids"]
+                yield {"text": None if skip_text else text, "output_ids": out_ids,
+                       "meta_info": proto.native_meta(item, rid, logprob_fields(item))}
         return sse(events(), choices)
+    item = (await unless_disconnected(request, choices.finals()))[0]
+    return JSONResponse({"text": item["text"], "output_ids": item["ids"],
+                         "meta_info": proto.native_meta(item, rid, logprob_fields(item))})
 
-    async def completions(request: Request) -> Response:
-        body = await read_json(request)
-        check_model(body)
-        params = openai_sampling(body, OPENAI_COMPLETION_DEFAULT_MAX_TOKENS)
-        stream, n = bool_field(body, "stream"), choice_count(body)
-        usage_wanted = include_usage(body)
-        echo, wanted = bool_field(body, "echo"), completion_logprobs(body)
-        if "prompt" not in body:
-            raise BadRequest("prompt is required")
-        prompts = await prompts_of(body["prompt"])
-        echoed = [r if isinstance(r, str) else tokenizer.decode(ids)
-                  for r, ids in zip(prompt_list(body["prompt"]), prompts)] if echo and not skip_text \
-            else [""] * len(prompts)
-        rid = f"cmpl-{uuid.uuid4().hex}"
-        base = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": front.model_name}
-        choices = start_choices(prompts, n, params, stream, rid, wanted)
 
-        def choice(index: int, item: dict, first: bool, offset: int = 0) -> dict:
-            """One choice (or one chunk of it); with echo the prompt comes first."""
-            prefix = echoed[index // n] if first else ""
-            text = prefix + (item["text"] or "")
-            logprobs = None
-            if wanted is not None:
-                found = item.get("logprobs") or {}
-                entries = (found.get("input", []) if echo else []) + found.get("output", [])
-                logprobs = completion_logprob_fields(entries, offset)
-            return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason(item)}
+def total_usage(call: proto.Call, finals: list[dict]) -> dict:
+    return proto.usage(sum(len(p) for p in call.prompts) * call.n, sum(i["completion_tokens"] for i in finals))
 
-        if stream:
-            offsets = [0] * len(choices.streams)
 
-            def chunk(index, item, first):
-                out = choice(index, item, first, offsets[index])
-                offsets[index] += len(out["text"])
-                return out
-            return openai_stream(choices, chunk, base, usage_wanted, prompts, n)
-        finals = await unless_disconnected(request, choices.finals())
-        return JSONResponse({**base, "choices": [choice(i, item, True) for i, item in enumerate(finals)],
-                             "usage": total_usage(finals, [p for p in prompts for _ in range(n)])})
+async def completions(request: Request) -> Response:
+    front: FrontEnd = request.app.state.front
+    call = await parsed(request, proto.parse_completion)
+    rid = f"cmpl-{uuid.uuid4().hex}"
+    base = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": front.model_name}
+    choices = Choices(front, call, rid)
+    echo_logprobs = call.logprobs is not None and call.logprobs["start"] == 0
+    offsets = [0] * len(choices.streams)
 
-    async def chat_completions(request: Request) -> Response:
-        body = await read_json(request)
-        check_model(body)
-        params = openai_sampling(body, None)
-        stream, n = bool_field(body, "stream"), choice_count(body)
-        usage_wanted = include_usage(body)
-        wanted = chat_logprobs(body)
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages or not all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
-            raise BadRequest("messages must be a non-empty list of {\"role\": str, \"content\": ...} objects")
-        messages = [{"role": m["role"], "content": text_content(m.get("content"), i)}
-                    for i, m in enumerate(messages)]
-        if skip_text:
-            raise BadRequest("chat needs the tokenizer; the server runs with --skip-tokenizer-init")
-        prompts = [await asyncio.to_thread(lambda: tokenizer.encode(tokenizer.apply_chat_template(messages)))]
-        rid = f"chatcmpl-{uuid.uuid4().hex}"
-        base = {"id": rid, "created": int(time.time()), "model": front.model_name}
-        choices = start_choices(prompts, n, params, stream, rid, wanted)
+    def choice(index: int, item: dict, first: bool) -> dict:
+        """One choice (or one chunk of it); with echo the prompt comes first."""
+        text = (call.echoed[index // call.n] if first else "") + (item["text"] or "")
+        logprobs = None
+        if call.logprobs is not None:
+            found = item.get("logprobs") or {}
+            entries = (found.get("input", []) if echo_logprobs else []) + found.get("output", [])
+            logprobs = proto.completion_logprob_fields(entries, offsets[index], token_text(front))
+        offsets[index] += len(text)
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": proto.finish_reason(item)}
 
-        def logprobs_of(item: dict) -> dict | None:
-            return None if wanted is None else chat_logprob_fields((item.get("logprobs") or {}).get("output", []))
+    if call.stream:
+        return openai_stream(choices, call, choice, base)
+    finals = await unless_disconnected(request, choices.finals())
+    return JSONResponse({**base, "choices": [choice(i, item, True) for i, item in enumerate(finals)],
+                         "usage": total_usage(call, finals)})
 
-        if stream:
-            def chunk(index, item, first):
-                delta = {"content": item["text"] or ""}
-                if first:
-                    delta["role"] = "assistant"
-                return {"index": index, "delta": delta, "logprobs": logprobs_of(item),
-                        "finish_reason": finish_reason(item)}
-            return openai_stream(choices, chunk, {**base, "object": "chat.completion.chunk"},
-                                 usage_wanted, prompts, n)
-        finals = await unless_disconnected(request, choices.finals())
-        return JSONResponse({**base, "object": "chat.completion", "choices": [
-            {"index": i, "message": {"role": "assistant", "content": item["text"]},
-             "logprobs": logprobs_of(item), "finish_reason": finish_reason(item)} for i, item in enumerate(finals)],
-            "usage": total_usage(finals, prompts * n)})
 
-    def model_card() -> dict:
-        return {"id": front.model_name, "object": "model", "created": 0, "owned_by": "accord",
-                "max_model_len": front.context_length}
-
-    async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [model_card()]})
-
-    async def model(request: Request) -> Response:
-        check_model({"model": request.path_params["model"]})
-        return JSONResponse(model_card())
-
-    async def tokenize(request: Request) -> Response:
-        body = await read_json(request)
-        if skip_text:
-            raise BadRequest("the server runs with --skip-tokenizer-init: no tokenizer")
-        if "messages" in body:
-            messages = [{"role": m.get("role"), "content": text_content(m.get("content"), i)}
-                        for i, m in enumerate(body["messages"] or [])]
-            text = tokenizer.apply_chat_template(messages)
+def assistant_turn(front: FrontEnd, call: proto.Call, text: str, reason: str | None) -> tuple[dict, str | None]:
+    """The assistant message (reasoning, content and tool calls) of a finished chat choice, and
+    its finish reason ("tool_calls" when it called tools and stopped by itself)."""
+    calls, reasoning = None, None
+    if front.reasoning_parser is not None:
+        reasoning, text = split_reasoning(front.reasoning_parser, text)
+    if call.tools is not None:
+        if call.tools.constrained:
+            calls = constrained_calls(text)
+            content = None if calls else text
         else:
-            text = body.get("prompt", body.get("text"))
-        if not isinstance(text, str):
-            raise BadRequest("prompt (a string) or messages is required")
-        add_special = body.get("add_special_tokens", True)
-        ids = await asyncio.to_thread(tokenizer.encode, text, bool(add_special))
-        return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": front.context_length})
+            content, calls = parsed_calls(front.tool_call_parser, text, call.tools)
+    else:
+        content = text
+    message = {"role": "assistant", "content": content or (None if calls else content)}
+    if front.reasoning_parser is not None:
+        message["reasoning_content"] = reasoning or None
+    if calls:
+        message["tool_calls"] = calls
+        if reason == "stop":
+            reason = "tool_calls"
+    return message, reason
 
-    async def detokenize(request: Request) -> Response:
-        body = await read_json(request)
+
+async def chat_completions(request: Request) -> Response:
+    front: FrontEnd = request.app.state.front
+    call = await parsed(request, proto.parse_chat)
+    rid = f"chatcmpl-{uuid.uuid4().hex}"
+    base = {"id": rid, "created": int(time.time()), "model": front.model_name}
+    choices = Choices(front, call, rid)
+
+    def logprobs_of(item: dict) -> dict | None:
+        if call.logprobs is None:
+            return None
+        return proto.chat_logprob_fields((item.get("logprobs") or {}).get("output", []), token_text(front))
+
+    if call.stream:
+        held = [""] * len(choices.streams)  # with tools: the text, answered whole at the end
+        splitters = [StreamSplitter(front.reasoning_parser) for _ in choices.streams] \
+            if front.reasoning_parser is not None else None
+
+        def chunk(index: int, item: dict, first: bool) -> dict:
+            delta: dict[str, Any] = {"role": "assistant"} if first else {}
+            reason = proto.finish_reason(item)
+            if call.tools is None and splitters is not None:
+                thought, said = splitters[index].feed(item["text"] or "", item["finished"])
+                delta["content"] = said
+                if thought:
+                    delta["reasoning_content"] = thought
+            elif call.tools is None:
+                delta["content"] = item["text"] or ""
+            else:
+                held[index] += item["text"] or ""
+                if item["finished"]:
+                    message, reason = assistant_turn(front, call, held[index], reason)
+                    delta["content"] = message["content"]
+                    if message.get("reasoning_content"):
+                        delta["reasoning_content"] = message["reasoning_content"]
+                    if message.get("tool_calls"):
+                        delta["tool_calls"] = [{**c, "index": i} for i, c in enumerate(message["tool_calls"])]
+            return {"index": index, "delta": delta, "logprobs": logprobs_of(item), "finish_reason": reason}
+        return openai_stream(choices, call, chunk, {**base, "object": "chat.completion.chunk"})
+    finals = await unless_disconnected(request, choices.finals())
+    out = []
+    for i, item in enumerate(finals):
+        message, reason = assistant_turn(front, call, item["text"] or "", proto.finish_reason(item))
+        out.append({"index": i, "message": message, "logprobs": logprobs_of(item), "finish_reason": reason})
+    return JSONResponse({**base, "object": "chat.completion", "choices": out, "usage": total_usage(call, finals)})
+
+
+def model_card(front: FrontEnd) -> dict:
+    return {"id": front.model_name, "object": "model", "created": 0, "owned_by": "accord",
+            "max_model_len": front.context_length}
+
+
+async def models(request: Request) -> Response:
+    return JSONResponse({"object": "list", "data": [model_card(request.app.state.front)]})
+
+
+async def model(request: Request) -> Response:
+    front = request.app.state.front
+    proto.check_model(front, {"model": request.path_params["model"]})
+    return JSONResponse(model_card(front))
+
+
+async def tokenize(request: Request) -> Response:
+    return JSONResponse(await parsed(request, proto.parse_tokenize))
+
+
+async def detokenize(request: Request) -> Response:
+    def parse(front: FrontEnd, body: dict) -> dict:
         ids = body.get("tokens")
         if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
             raise BadRequest("tokens must be a list of integer token ids")
-        return JSONResponse({"prompt": tokenizer.decode(ids)})
+        return {"prompt": front.tokenizer.decode(ids)}
+    return JSONResponse(await parsed(request, parse))
 
-    async def model_info(request: Request) -> Response:
-        return JSONResponse({"model_path": front.settings.model_path, "served_model_name": front.model_name,
-                             "is_generation": True, "context_length": front.context_length,
-                             "vocab_size": tokenizer.vocab_size})
 
-    async def health(request: Request) -> Response:
-        if front.stuck:
-            return JSONResponse({"status": "unhealthy", "error": front.stuck}, status_code=503)
-        if front.ready:
-            return JSONResponse({"status": "ok"})
+async def model_info(request: Request) -> Response:
+    front = request.app.state.front
+    return JSONResponse({"model_path": front.settings.model_path, "served_model_name": front.model_name,
+                         "is_generation": True, "context_length": front.context_length,
+                         "vocab_size": front.tokenizer.vocab_size})
+
+
+def unhealthy(front: FrontEnd) -> Response | None:
+    if front.stuck:
+        return JSONResponse({"status": "unhealthy", "error": front.stuck}, status_code=503)
+    if front.draining:
+        return JSONResponse({"status": "draining"}, status_code=503)
+    if not front.ready:
         return JSONResponse({"status": "starting"}, status_code=503)
+    return None
 
-    async def health_generate(request: Request) -> Response:
-        """Healthy only if a real one-token generation comes back through every process."""
-        if front.stuck:
-            return JSONResponse({"status": "unhealthy", "error": front.stuck}, status_code=503)
-        if not front.ready:
-            return JSONResponse({"status": "starting"}, status_code=503)
-        seed = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else 0
-        params = SamplingParams(max_new_tokens=1, temperature=0.0, ignore_eos=True)
+
+async def health(request: Request) -> Response:
+    return unhealthy(request.app.state.front) or JSONResponse({"status": "ok"})
+
+
+async def health_generate(request: Request) -> Response:
+    """Healthy only if a real one-token generation comes back through every process."""
+    front: FrontEnd = request.app.state.front
+    if (answer := unhealthy(front)) is not None:
+        return answer
+    seed = front.tokenizer.bos_token_id if front.tokenizer.bos_token_id is not None else 0
+    params = SamplingParams(max_new_tokens=1, temperature=0.0, ignore_eos=True)
+    try:
+        await asyncio.wait_for(final_item(front.submit([seed], params, False, f"health-{uuid.uuid4().hex}")),
+                               HEALTH_GENERATE_TIMEOUT_S)
+    except (asyncio.TimeoutError, BadRequest) as err:
+        return error_response(f"the health generation failed: {err or 'timed out'}", 503)
+    return JSONResponse({"status": "ok"})
+
+
+async def metrics(request: Request) -> Response:
+    front = request.app.state.front
+    if front.metrics is None:
+        raise BadRequest("metrics are off; start the server with --enable-metrics", 404)
+    return Response(front.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+async def flush_cache(request: Request) -> Response:
+    await request.app.state.front.flush_cache()
+    return JSONResponse({"status": "ok", "message": "cached prefixes not in use are released"})
+
+
+async def server_info(request: Request) -> Response:
+    front = request.app.state.front
+    info = api_keys.redacted(front.config.to_dict())
+    info["runtime"] = {f"dp{d}": front.runtime[d] for d in sorted(front.runtime)}
+    return JSONResponse(info)
+
+
+# -- the application -------------------------------------------------------------------------------
+
+USER, PUBLIC, ADMIN = "user", "public", "admin"   # who may call a route
+ROUTES = [
+    ("/generate", "POST", generate, USER),
+    ("/v1/completions", "POST", completions, USER),
+    ("/v1/chat/completions", "POST", chat_completions, USER),
+    ("/v1/models", "GET", models, USER),
+    ("/v1/models/{model:path}", "GET", model, USER),
+    ("/tokenize", "POST", tokenize, USER),
+    ("/detokenize", "POST", detokenize, USER),
+    ("/get_model_info", "GET", model_info, USER),
+    ("/metrics", "GET", metrics, PUBLIC),
+    ("/health", "GET", health, PUBLIC),
+    ("/health_generate", "GET", health_generate, PUBLIC),
+    ("/server_info", "GET", server_info, ADMIN),
+    ("/flush_cache", "POST", flush_cache, ADMIN),
+]
+
+
+def guarded(handler, access: str):
+    """The API-key check (constant time; admin routes take --admin-api-key when one is set), and
+    a BadRequest answered as an error JSON."""
+    async def endpoint(request: Request) -> Response:
+        front = request.app.state.front
+        admin = access == ADMIN and front.admin_key
+        key = front.admin_key if admin else front.api_key
+        given = request.headers.get("authorization", "").encode()
+        if key and access != PUBLIC and not hmac.compare_digest(given, f"Bearer {key}".encode()):
+            return error_response(f"missing or wrong {'admin API key' if admin else 'API key'} "
+                                  "(Authorization: Bearer ...)", 401)
         try:
-            await asyncio.wait_for(final_item(front.submit([seed], params, False, f"health-{uuid.uuid4().hex}")),
-                                   HEALTH_GENERATE_TIMEOUT_S)
-        except (asyncio.TimeoutError, BadRequest) as err:
-            return error_response(f"the health generation failed: {err or 'timed out'}", 503)
-        return JSONResponse({"status": "ok"})
+            return await handler(request)
+        except BadRequest as err:
+            return error_response(str(err), err.status)
+    return endpoint
 
-    async def metrics(request: Request) -> Response:
-        if front.metrics is None:
-            raise BadRequest("metrics are off; start the server with --enable-metrics", 404)
-        return Response(front.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    async def flush_cache(request: Request) -> Response:
-        for outbox in front._outboxes:
-            await outbox.send(pack({"type": "flush_cache"}))
-        return JSONResponse({"status": "ok", "message": "cached prefixes not in use are released"})
+async def http_error(request: Request, exc: HTTPException) -> Response:
+    return error_response(exc.detail or "error", exc.status_code)
 
-    async def server_info(request: Request) -> Response:
-        info = redacted(front.config.to_dict())
-        info["runtime"] = {f"dp{d}": front.runtime[d] for d in sorted(front.runtime)}
-        return JSONResponse(info)
 
-    admin_key = front.admin_key
+async def server_error(request: Request, exc: Exception) -> Response:
+    return error_response(f"internal server error: {type(exc).__name__}", 500)
 
-    def guarded(handler, public: bool = False, admin: bool = False):
-        """API-key check (constant time); admin routes take --admin-api-key when one is set."""
-        async def endpoint(request: Request) -> Response:
-            key = admin_key if admin and admin_key else front.api_key
-            given = request.headers.get("authorization", "").encode()
-            if key and not public and not hmac.compare_digest(given, f"Bearer {key}".encode()):
-                which = "admin API key" if admin and admin_key else "API key"
-                return error_response(f"missing or wrong {which} (Authorization: Bearer ...)", 401)
-            try:
-                return await handler(request)
-            except BadRequest as err:
-                return error_response(str(err), err.status)
-        return endpoint
 
+def build_app(front: FrontEnd) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app):
         await front.start()
         yield
 
-    routes = [
-        Route("/generate", guarded(generate), methods=["POST"]),
-        Route("/v1/completions", guarded(completions), methods=["POST"]),
-        Route("/v1/chat/completions", guarded(chat_completions), methods=["POST"]),
-        Route("/v1/models", guarded(models), methods=["GET"]),
-        Route("/v1/models/{model:path}", guarded(model), methods=["GET"]),
-        Route("/tokenize", guarded(tokenize), methods=["POST"]),
-        Route("/detokenize", guarded(detokenize), methods=["POST"]),
-        Route("/get_model_info", guarded(model_info), methods=["GET"]),
-        Route("/metrics", guarded(metrics, public=True), methods=["GET"]),
-        Route("/health", guarded(health, public=True), methods=["GET"]),
-        Route("/health_generate", guarded(health_generate, public=True), methods=["GET"]),
-        Route("/server_info", guarded(server_info, admin=True), methods=["GET"]),
-        Route("/flush_cache", guarded(flush_cache, admin=True), methods=["POST"]),
-    ]
-    async def http_error(request: Request, exc: HTTPException) -> Response:
-        return error_response(exc.detail or "error", exc.status_code)
-
-    async def server_error(request: Request, exc: Exception) -> Response:
-        return error_response(f"internal server error: {type(exc).__name__}", 500)
-
-    return Starlette(routes=routes, lifespan=lifespan,
-                     exception_handlers={HTTPException: http_error, Exception: server_error})
+    app = Starlette(routes=[Route(path, guarded(handler, access), methods=[method])
+                            for path, method, handler, access in ROUTES],
+                    lifespan=lifespan, exception_handlers={HTTPException: http_error, Exception: server_error})
+    app.state.front = front
+    return app
 
 
 class _Server(uvicorn.Server):
@@ -905,19 +490,27 @@ class _Server(uvicorn.Server):
 
 
 def run_http(config_data: dict, endpoints: Endpoints) -> None:
-    """Process entry point."""
+    """Process entry point. SIGTERM drains; PEER_DIED_SIGNAL fails every request in flight."""
     config = ResolvedConfig.from_dict(config_data)
     settings = EngineSettings.from_config(config)
-    front = FrontEnd(config, settings, load_model_config(settings.model_path), endpoints)
+    grace = drain_grace_s(config.values)
+    front = FrontEnd(config, settings, load_model_config(settings.model_path), endpoints,
+                     secret("api_key", settings.api_key, os.environ),
+                     secret("admin_api_key", config.values.get("admin_api_key"), os.environ))
     server = _Server(uvicorn.Config(build_app(front), host=settings.host, port=settings.port,
                                     log_level="warning", access_log=False, lifespan="on",
-                                    timeout_graceful_shutdown=drain_grace_s() + DRAIN_EXIT_S - 1))
+                                    timeout_graceful_shutdown=grace + DRAIN_EXIT_S - 1))
 
     async def main() -> None:
-        # SIGTERM from the supervisor: drain (finish or cut in-flight requests), then exit cleanly.
         drains = []
-        asyncio.get_running_loop().add_signal_handler(
-            signal.SIGTERM, lambda: drains or drains.append(asyncio.ensure_future(front.drain(server))))
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(
+            signal.SIGTERM, lambda: drains or drains.append(asyncio.ensure_future(front.drain(server, grace))))
+
+        def peer_died() -> None:
+            front.peer_died()
+            server.should_exit = True  # the error answers go out, then uvicorn stops
+        loop.add_signal_handler(PEER_DIED_SIGNAL, peer_died)
         serving = asyncio.create_task(server.serve())
         while not server.started:
             if serving.done():

@@ -16,7 +16,7 @@ before top-k/top-p truncation.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -39,14 +39,21 @@ class Row:
     generator: torch.Generator
     output_ids: Sequence[int] = ()      # tokens generated so far (the penalties count these)
     stop_ids: Sequence[int] = ()        # EOS and stop token ids (masked until min_new_tokens)
+    grammar: Any = None                 # the request's grammar matcher: masks what it forbids
 
 
 def process_logits(logits: torch.Tensor, row: Row) -> torch.Tensor:
     """One row of fp32 logits [V] after the request's penalties, min_new_tokens and logit_bias."""
     p = row.params
-    if not p.penalized:
-        return logits
-    logits = logits.clone()
+    if p.penalized:
+        logits = _penalized(logits.clone(), row)
+    if row.grammar is not None:
+        logits = row.grammar.allowed(logits)
+    return logits
+
+
+def _penalized(logits: torch.Tensor, row: Row) -> torch.Tensor:
+    p = row.params
     vocab = logits.shape[0]
     if row.output_ids and (p.frequency_penalty or p.presence_penalty or p.repetition_penalty != 1.0):
         counts = torch.bincount(torch.tensor(list(row.output_ids), dtype=torch.int64), minlength=vocab)[:vocab]

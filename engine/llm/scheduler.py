@@ -3,7 +3,12 @@
 Pure bookkeeping over the KV pool and the radix cache, no sockets and no model, so every rank of a
 group runs it identically (they see the same requests in the same order) and tests can drive it
 in-process. Policy, as resolved:
-- a prefill step whenever waiting requests fit, else a decode step over every running request;
+- with enable_mixed_chunk (the engine profile's default), every step decodes every running request
+  and adds as much new prompt as the prefill token budget (the chunk) has room for, so a queue of
+  new prompts neither stalls the running requests nor waits for one huge prefill to give every
+  first token at once; the running decodes count against the budget, at most half of it;
+- without it, a prefill step whenever waiting requests fit, else a decode step over every running
+  request;
 - at most max_running_requests running; a prefill step takes at most max_prefill_tokens new tokens,
   and with chunked_prefill_size a long prompt is cut into chunks of at most that many tokens
   (continued first in the next prefill step);
@@ -13,6 +18,9 @@ in-process. Policy, as resolved:
   request never has to be preempted; cached prefix pages are shared, not reserved again;
 - a request that asks for its prompt's log-probabilities does not reuse a cached prefix (those
   tokens would not pass through the model, so their logits would not exist).
+A request with an output constraint (json_schema, regex, ebnf) gets a grammar matcher from the
+resolved --grammar-backend when it arrives (one that does not compile is a 400); every rank's
+matcher follows the sampled tokens, and the request ends once the grammar is complete.
 Until a request has min_new_tokens tokens, neither EOS, its stop token ids nor its stop strings
 end it (the sampler masks the tokens; stop strings are simply not checked yet).
 """
@@ -46,6 +54,7 @@ class SchedulerLimits:
     disable_radix_cache: bool
     random_seed: int
     stream_interval: int
+    mixed_chunk: bool = False
 
 
 @dataclasses.dataclass(eq=False)
@@ -68,6 +77,7 @@ class Req:
     output_logprobs: list = dataclasses.field(default_factory=list)  # one entry per output id
     input_logprobs: list = dataclasses.field(default_factory=list)   # from logprob_start on
     sent_input: int = 0                # input_logprobs entries already reported
+    grammar: Any = None                # the output constraint's matcher (engine/llm/grammar.py)
 
     @property
     def wants_input_logprobs(self) -> bool:
@@ -96,8 +106,9 @@ class Step:
 
 
 class Scheduler:
-    def __init__(self, limits: SchedulerLimits, pool: KVPool, tokenizer: ByteTokenizer):
+    def __init__(self, limits: SchedulerLimits, pool: KVPool, tokenizer: ByteTokenizer, grammar=None):
         self.limits = limits
+        self.grammar = grammar  # a GrammarBackend, or None under --grammar-backend none
         self.pool = pool
         self.tokenizer = tokenizer
         self.cache = None if limits.disable_radix_cache else RadixCache(limits.page_size, pool.release)
@@ -145,6 +156,17 @@ class Scheduler:
             self._error(rid, f"the queue is full ({self.limits.max_queued_requests} waiting requests, "
                              "--max-queued-requests); retry later", 503, len(input_ids))
             return
+        matcher = None
+        if problem is None and params.constraint is not None:
+            kind, text = params.constraint
+            if self.grammar is None:
+                problem = (f"{kind} needs constrained decoding, which is off (--grammar-backend none); "
+                           "start the server with --grammar-backend xgrammar or llguidance")
+            else:
+                try:
+                    matcher = self.grammar.matcher(kind, text)
+                except ValueError as err:
+                    problem = str(err)
         if problem:
             self._error(rid, problem, 400, len(input_ids))
             return
@@ -157,6 +179,7 @@ class Scheduler:
             req.logprob_start = None if start is None else max(0, int(start))
             if req.logprob_start == 0:  # the first prompt token follows nothing: no logprob
                 req.input_logprobs.append([None, input_ids[0], []])
+        req.grammar = matcher
         self.waiting.append(req)
 
     def _abort(self, rid: str) -> None:
@@ -182,11 +205,18 @@ class Scheduler:
     # -- choosing a step ---------------------------------------------------------------------------
 
     def next_step(self) -> Step | None:
+        decoding = list(self.running)
+        if self.limits.mixed_chunk and decoding:
+            step = self._prefill_step(reserved=len(decoding))
+            slices = [r.next_slice() for r in decoding]
+            if step is None:
+                return Step(decoding, slices, "decode")
+            return Step(decoding + step.reqs, slices + step.slices, "mixed")
         step = self._prefill_step()
         if step is not None:
             return step
-        if self.running:
-            return Step(list(self.running), [r.next_slice() for r in self.running], "decode")
+        if decoding:
+            return Step(decoding, [r.next_slice() for r in decoding], "decode")
         return None
 
     def _pages_for(self, tokens: int) -> int:
@@ -198,11 +228,14 @@ class Scheduler:
             return sorted(self.waiting, key=lambda r: (-matched[id(r)], r.arrival))
         return list(self.waiting)
 
-    def _prefill_step(self) -> Step | None:
+    def _prefill_step(self, reserved: int = 0) -> Step | None:
+        """New prompt tokens for the next step; `reserved` tokens of the budget are the running
+        decodes of a mixed step (counted up to half the budget, so prompts always get room)."""
         limits = self.limits
         budget = limits.max_prefill_tokens
         chunk = limits.chunked_prefill_size
-        reqs, slices, used = [], [], 0
+        cap = budget if chunk is None else min(budget, chunk)
+        reqs, slices, used = [], [], min(reserved, cap // 2)
         candidates = ([self.chunked] if self.chunked else []) + self._ordered_waiting()
         for req in candidates:
             if req is not self.chunked:
@@ -212,8 +245,8 @@ class Scheduler:
                     break  # not enough KV memory now; keep arrival order, retry next step
                 self.waiting.remove(req)
             remaining = len(req.input_ids) - req.computed
-            room = budget - used if chunk is None else min(budget, chunk) - used
-            if remaining > room and chunk is None and reqs:
+            room = cap - used
+            if remaining > room and chunk is None and (reqs or reserved):
                 self._unadmit(req)
                 break
             take = remaining if chunk is None else min(remaining, room)
@@ -221,7 +254,7 @@ class Scheduler:
             slices.append(req.next_slice(take))
             used += take
             self.chunked = None if take == remaining else req
-            if used >= (budget if chunk is None else min(budget, chunk)):
+            if used >= cap:
                 break
         return Step(reqs, slices, "prefill") if reqs else None
 
@@ -266,6 +299,8 @@ class Scheduler:
                 req.input_logprobs.extend(found.get("input", ()))
             if piece.sample:
                 req.output_ids.append(int(next(tokens)))
+                if req.grammar is not None:
+                    req.grammar.accept(req.output_ids[-1])
                 if found and found.get("output") is not None:
                     req.output_logprobs.append([found["output"][0], req.output_ids[-1], found["output"][2]])
                 req.finish_reason = self._finish_reason(req)
@@ -287,6 +322,8 @@ class Scheduler:
         if not p.ignore_eos and token in self.tokenizer.eos_token_ids:
             return {"type": "stop", "matched": token}
         if token in p.stop_token_ids:
+            return {"type": "stop", "matched": token}
+        if req.grammar is not None and req.grammar.finished:
             return {"type": "stop", "matched": token}
         if p.stop:
             tail = self.tokenizer.decode(req.output_ids[-64:])

@@ -60,13 +60,6 @@ class LoopWatchdog:
                 os._exit(EXIT_WATCHDOG)
 
 
-def cpu_threads(settings: EngineSettings) -> int:
-    """Intra-op threads per rank: OMP_NUM_THREADS if set, else the cores shared by this node's ranks."""
-    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
-        return max(1, int(os.environ["OMP_NUM_THREADS"]))
-    return max(1, (os.cpu_count() or 1) // len(settings.topology.ranks_on_this_node()))
-
-
 def _drain(inbox, wait_s: float) -> list[dict]:
     """Every message waiting in the inbox, after waiting up to `wait_s` for the first one."""
     messages = []
@@ -79,11 +72,12 @@ def _drain(inbox, wait_s: float) -> list[dict]:
             return messages
 
 
-def run_scheduler(config_data: dict, rank: Rank, endpoints: Endpoints) -> None:
-    """Process entry point of one (dp, pp, tp) rank."""
+def run_scheduler(config_data: dict, rank: Rank, endpoints: Endpoints, threads: int | None = None) -> None:
+    """Process entry point of one (dp, pp, tp) rank; `threads`: its CPU intra-op threads
+    (engine/llm/cpu_threads.py, decided before torch was imported)."""
     settings = EngineSettings.from_config(ResolvedConfig.from_dict(config_data))
-    if settings.device_type == "cpu":
-        torch.set_num_threads(cpu_threads(settings))
+    if settings.device_type == "cpu" and threads is not None:
+        torch.set_num_threads(threads)
     worker = Worker(settings, rank, endpoints.dist_init_methods[rank.world])
     comm = worker.comm
     inbox = outbox = None

@@ -13,13 +13,20 @@ import signal
 import sys
 
 from accord.engine import ports
+from accord.engine.llm import cpu_threads
 from accord.engine.llm.detokenizer import run_detokenizer
-from accord.engine.llm.http_server import DRAIN_EXIT_S, drain_grace_s, run_http, secret
+from accord.engine.llm.front_end import DRAIN_EXIT_S, drain_grace_s
+from accord.engine.llm.api_keys import secret
+from accord.engine.llm.http_server import PEER_DIED_SIGNAL, run_http
 from accord.engine.llm.model_config import context_length, load_model_config
 from accord.engine.llm.settings import EngineSettings
 from accord.engine.supervisor import ProcessGroup
 from accord.resolver.errors import UsageError
 from accord.resolver.frozen import ResolvedConfig
+
+
+# How long the front end has, after another process died, to send every client its error.
+PEER_DIED_EXIT_S = 5.0
 
 
 def run_scheduler_rank(config_data: dict, rank, endpoints) -> None:
@@ -33,11 +40,15 @@ def run_scheduler_rank(config_data: dict, rank, endpoints) -> None:
     Python-level exit while torch.distributed threads run can abort with "terminate called
     without an active exception"."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if EngineSettings.from_config(ResolvedConfig.from_dict(config_data)).triton_interpreted:
+    settings = EngineSettings.from_config(ResolvedConfig.from_dict(config_data))
+    if settings.triton_interpreted:
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    threads = None
+    if settings.device_type == "cpu":
+        threads = cpu_threads.prepare(len(settings.topology.ranks_on_this_node()), os.environ)
     from accord.engine.llm.scheduler_process import run_scheduler
 
-    run_scheduler(config_data, rank, endpoints)
+    run_scheduler(config_data, rank, endpoints, threads)
 
 
 def serve(config: ResolvedConfig) -> int:
@@ -51,7 +62,7 @@ def serve(config: ResolvedConfig) -> int:
     if front_end_here:  # the front end reads its keys again; checked here to fail before starting
         secret("api_key", settings.api_key, os.environ)
         secret("admin_api_key", config.values.get("admin_api_key"), os.environ)
-        drain_grace_s(os.environ)
+        drain_grace_s(config.values, os.environ)
     if front_end_here and not ports.port_is_free(settings.port, settings.host):
         raise UsageError(f"--port {settings.port} on {settings.host} is already in use; pick another "
                          "with --port.")
@@ -65,7 +76,10 @@ def serve(config: ResolvedConfig) -> int:
     try:
         if front_end_here:
             group.start("http", run_http, data, endpoints)
-            group.drain("http", drain_grace_s() + DRAIN_EXIT_S)
+            group.drain("http", drain_grace_s(config.values) + DRAIN_EXIT_S)
+            # Another process dying fails the requests in flight: the front end answers each
+            # with an error before the group goes down.
+            group.alert("http", PEER_DIED_SIGNAL, PEER_DIED_EXIT_S)
             group.start("detokenizer", run_detokenizer, data, endpoints)
         for rank in topo.ranks_on_this_node():
             group.start(rank.name, run_scheduler_rank, data, rank, endpoints)

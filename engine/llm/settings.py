@@ -21,6 +21,7 @@ ATTENTION_BACKENDS = ("torch_native", "triton")
 KV_CACHE_DTYPES = ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2")
 LOAD_FORMATS = ("auto", "safetensors", "dummy")
 SCHEDULE_POLICIES = ("fcfs", "lpm")
+GRAMMAR_BACKENDS = ("xgrammar", "llguidance", "none")
 PLATFORMS = ("cpu", "cuda", "rocm")
 
 # Features this engine does not implement, with the values that mean "off" (the profile refuses them).
@@ -29,7 +30,6 @@ NOT_IMPLEMENTED_UNLESS = {
     "speculative_algorithm": (None,),
     "enable_lora": (None, False),
     "tokenizer_worker_num": (1,),
-    "enable_mixed_chunk": (False,),
     "enable_torch_compile": (False,),
     "enable_dp_lm_head": (False,),
 }
@@ -144,6 +144,9 @@ class EngineSettings:
     triton_split_tile_size: int | None
     triton_reduce_in_fp32: bool
     cuda_graph_bs_decode: tuple[int, ...]
+    grammar_backend: str = "none"
+    json_any_whitespace: bool = True
+    mixed_chunk: bool = False
 
     @property
     def device_type(self) -> str:
@@ -212,6 +215,10 @@ class EngineSettings:
             triton_split_tile_size=v.get("triton_attention_split_tile_size"),
             triton_reduce_in_fp32=bool(v.get("triton_attention_reduce_in_fp32")),
             cuda_graph_bs_decode=_graph_batch_sizes(v, platform),
+            grammar_backend=_choice({"grammar_backend": v.get("grammar_backend") or "none"}, "grammar_backend",
+                                    GRAMMAR_BACKENDS),
+            json_any_whitespace=not v.get("constrained_json_disable_any_whitespace"),
+            mixed_chunk=bool(v.get("enable_mixed_chunk")),
         )
 
 

@@ -8,6 +8,7 @@ character split across steps is emitted whole, once.
 from __future__ import annotations
 
 import codecs
+import json
 from typing import Iterable, Mapping, Sequence
 
 BYTE_VOCAB = 256
@@ -28,9 +29,17 @@ class ByteTokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         return bytes(i for i in ids if 0 <= i < BYTE_VOCAB).decode("utf-8", errors="replace")
 
-    def apply_chat_template(self, messages: Sequence[Mapping[str, str]]) -> str:
-        """A plain role-tagged transcript ending with the assistant's turn."""
-        turns = [f"<|{m['role']}|>\n{m['content']}\n" for m in messages]
+    def apply_chat_template(self, messages: Sequence[Mapping], tools: Sequence[Mapping] | None = None) -> str:
+        """A plain role-tagged transcript ending with the assistant's turn; offered tools (one
+        JSON object a line) in a turn of their own first, earlier tool calls as
+        <tool_call>{json}</tool_call> lines, as the Hermes format writes them."""
+        turns = []
+        if tools:
+            turns.append("<|tools|>\n" + "".join(json.dumps(t, sort_keys=True) + "\n" for t in tools))
+        for m in messages:
+            calls = "".join(f"<tool_call>{json.dumps(c['function'], sort_keys=True)}</tool_call>\n"
+                            for c in m.get("tool_calls") or ())
+            turns.append(f"<|{m['role']}|>\n{m.get('content') or ''}\n{calls}")
         return "".join(turns) + "<|assistant|>\n"
 
 

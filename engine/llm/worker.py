@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from accord.engine.llm.batch import build_batch, logit_rows
+from accord.engine.llm.grammar import GrammarBackend
 from accord.engine.llm.kv_cache import SCRATCH_PAGE
 from accord.engine.llm.model_config import load_model_config
 from accord.engine.llm.model_runner import ModelRunner
@@ -39,8 +40,15 @@ class Worker:
             max_queued_requests=settings.max_queued_requests,
             schedule_policy=settings.schedule_policy,
             disable_radix_cache=settings.disable_radix_cache,
-            random_seed=settings.random_seed, stream_interval=settings.stream_interval)
-        self.scheduler = Scheduler(limits, self.runner.pool, make_tokenizer(self.model_config))
+            random_seed=settings.random_seed, stream_interval=settings.stream_interval,
+            mixed_chunk=settings.mixed_chunk)
+        tokenizer = make_tokenizer(self.model_config, settings.model_path)
+        grammar = None
+        if settings.grammar_backend != "none":
+            grammar = GrammarBackend(settings.grammar_backend, tokenizer, self.model_config.vocab_size,
+                                     tokenizer.eos_token_ids, settings.json_any_whitespace)
+            grammar.warm_up()
+        self.scheduler = Scheduler(limits, self.runner.pool, tokenizer, grammar)
         self.any_group_busy = False  # did any attention group run the last step (DP attention)?
 
     def runtime_info(self) -> dict[str, Any]:
@@ -104,10 +112,13 @@ class Worker:
         """Sampled ids, then the planned log-probability entries as float64 bits (one int64
         tensor, so one broadcast carries both)."""
         starts, rows = logit_rows(slices)
-        infos = [Row(r.params, r.generator, r.output_ids, self.scheduler.stop_ids(r)) for r in reqs]
+        infos = [Row(r.params, r.generator, r.output_ids, self.scheduler.stop_ids(r), r.grammar) for r in reqs]
         sample_logits = logits[rows] if rows else logits[:0]
-        processed = torch.stack([process_logits(sample_logits[k], info) for k, info in enumerate(infos)]) \
-            if infos else sample_logits
+        # Only rows whose request changes its logits are copied (a batch of plain rows is most).
+        changed = [k for k, info in enumerate(infos) if info.params.penalized or info.grammar is not None]
+        processed = sample_logits.clone() if changed else sample_logits
+        for k in changed:
+            processed[k] = process_logits(sample_logits[k], infos[k])
         ids = sample(processed, infos)
         floats: list[float] = []
         sample_of = {index: k for k, index in enumerate(i for i, s in enumerate(slices) if s.sample)}
