@@ -97,8 +97,11 @@ def _round_to_fp8(x, FP8_MAX: tl.constexpr, MANTISSA_BITS: tl.constexpr, MIN_EXP
     # Adding and removing 1.5 * 2^23 rounds a number below 2^22 to an integer, ties to even.
     units = (magnitude * to_units + 12582912.0) - 12582912.0
     rounded = units * to_value
-    # The sign bit goes back on last, so -0.0 and negatives that round to zero stay negative.
-    return tl.where(x.to(tl.int32, bitcast=True) < 0, -rounded, rounded)
+    # The sign goes back on last as a bit, so -0.0 and negatives that round to zero stay negative
+    # (byte 0x80, as torch writes). Not `-rounded`: Triton 3.7 and older lower float negation to
+    # `0.0 - x`, which turns -0.0 into +0.0 in compiled code (the interpreter negates exactly).
+    sign = x.to(tl.uint32, bitcast=True) & 0x80000000
+    return (rounded.to(tl.uint32, bitcast=True) | sign).to(tl.float32, bitcast=True)
 
 
 @triton.jit
