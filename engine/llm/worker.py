@@ -106,8 +106,9 @@ class Worker:
         starts, rows = logit_rows(slices)
         infos = [Row(r.params, r.generator, r.output_ids, self.scheduler.stop_ids(r)) for r in reqs]
         sample_logits = logits[rows] if rows else logits[:0]
+        penalized = any(info.params.penalized for info in infos)
         processed = torch.stack([process_logits(sample_logits[k], info) for k, info in enumerate(infos)]) \
-            if infos else sample_logits
+            if penalized else sample_logits
         ids = sample(processed, infos)
         floats: list[float] = []
         sample_of = {index: k for k, index in enumerate(i for i, s in enumerate(slices) if s.sample)}
