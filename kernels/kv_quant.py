@@ -41,10 +41,16 @@ REQUIREMENTS = {
     "phases": ("prefill", "decode"),
     "platforms": ("cuda", "rocm", "cpu"),
     "kv_cache_dtypes": ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2"),
-    "min_cuda_sm": {"fp8_e4m3": 89, "fp8_e5m2": 80},
+    "min_triton": "3.2",
+    "min_cuda_sm": {  # {first Triton release: lowest CUDA capability}, from kernels/capabilities.yaml
+        "fp8_e4m3": {"3.2": 89},
+        "fp8_e5m2": {"3.2": 0, "3.9": 80},
+    },
+    "max_cuda_sm": {"3.2": 90, "3.3": None},
 }
 """What these kernels need, mirrored by rules/llm/kernels.yaml (keys as in kernels.attention.decode).
-Quantizing needs more than reading: Triton's fp32 -> e5m2 conversion needs sm_80 PTX."""
+Quantizing needs more than reading: from Triton 3.9 on, its fp32 -> e5m2 conversion emits
+cvt.f16x2.f32, which ptxas accepts only from sm_80; earlier releases convert in software."""
 
 BLOCK = 1024
 """Elements per program of the element-wise kernels."""

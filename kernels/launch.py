@@ -19,7 +19,6 @@ import triton
 import triton.language as tl
 
 
-
 def _interpreting() -> bool:
     """Whether Triton decorates kernels for its interpreter in this process.
 
