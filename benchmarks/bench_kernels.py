@@ -33,10 +33,10 @@ import time
 
 DTYPES = ("float16", "bfloat16")
 
-FULL = {"decode": dict(batch=64, context=4096, head_dim=128, q_heads=32, kv_heads=4),
-        "extend": dict(batch=8, prefix=1024, new=512, head_dim=128, q_heads=32, kv_heads=8)}
-TINY = {"decode": dict(batch=2, context=40, head_dim=32, q_heads=4, kv_heads=2),
-        "extend": dict(batch=2, prefix=24, new=8, head_dim=32, q_heads=4, kv_heads=2)}
+FULL = {"decode": {"batch": 64, "context": 4096, "head_dim": 128, "q_heads": 32, "kv_heads": 4},
+        "extend": {"batch": 8, "prefix": 1024, "new": 512, "head_dim": 128, "q_heads": 32, "kv_heads": 8}}
+TINY = {"decode": {"batch": 2, "context": 40, "head_dim": 32, "q_heads": 4, "kv_heads": 2},
+        "extend": {"batch": 2, "prefix": 24, "new": 8, "head_dim": 32, "q_heads": 4, "kv_heads": 2}}
 
 
 class Timer:
