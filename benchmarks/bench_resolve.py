@@ -13,7 +13,7 @@ whatever the values given also which facts exist), stays, as it does for every l
 session that sets the same flags on the same kind of machine; so do the JSON pieces of the config
 hash (one per flag and value already written, mostly catalog defaults: see resolver/frozen.py).
 Cold processes run as an installed `accord` does (`python -m accord.resolver.commands.cli`: the program itself,
-so without the cyclic garbage collector, see resolver/cli.py): with Python's bytecode cache (written
+so without the cyclic garbage collector, see resolver/commands/cli.py): with Python's bytecode cache (written
 to a temporary PYTHONPYCACHEPREFIX, never into the checkout, even when PYTHONDONTWRITEBYTECODE is
 set) and with the plan cache in a temporary ACCORD_CACHE_DIR, warmed by one run; the same command
 with the plan cache switched off is printed for comparison.

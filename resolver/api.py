@@ -36,7 +36,7 @@ def plan_for(system: str) -> Plan:
 class ConflictError(AccordError):
     """No legal configuration: carries every independent minimal conflict, each with fixes.
 
-    The report (resolver/conflict_report.py) is built on first use: chains and the combined fix
+    The report (resolver/explaining/conflict_report.py) is built on first use: chains and the combined fix
     take extra solves that a caller which only needs the conflicts should not pay for.
     """
 

@@ -1,4 +1,4 @@
-"""Fixes an operator would apply (resolver/fixes.py), on the toy rules: flags added from a rule's
+"""Fixes an operator would apply (resolver/explaining/fixes.py), on the toy rules: flags added from a rule's
 hint or from the finite domain of an unset flag the rule reads, placeholders to fill in, ranking,
 and the combined fix of several conflicts."""
 

@@ -1,4 +1,4 @@
-"""Where a --model-path points (resolver/model_location.py): the packaged SmolLM2 by default, the
+"""Where a --model-path points (rules/models/location.py): the packaged SmolLM2 by default, the
 built-in tiny Llama by name, and the facts `accord serve` resolves when no path is given."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""resolver/nearby.py: answers about neighbours of a command equal what solving them in full gives.
+"""resolver/solving/nearby.py: answers about neighbours of a command equal what solving them in full gives.
 
 The explanation of a conflict asks about dozens of commands near the user's; `Nearby` answers from
 the base command's own solve. These tests hold it to its contract with the real rules (the property

@@ -1,4 +1,4 @@
-"""The plan cache (resolver/plancache.py): same answers with and without it, never stale, never
+"""The plan cache (resolver/language/plancache.py): same answers with and without it, never stale, never
 trusted when damaged, written atomically to the user's cache folder and nowhere else."""
 
 from __future__ import annotations

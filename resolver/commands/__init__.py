@@ -1,1 +1,1 @@
-"""The `accord` subcommands, one module each, imported only when that command runs."""
+"""The `accord` commands: thin front ends that parse options, call the libraries and print."""

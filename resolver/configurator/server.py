@@ -1,6 +1,6 @@
 """`accord ui [--port P] [--host H]`: an interactive configurator in the browser, on this machine only.
 
-It serves one page (plain HTML, CSS and a small script from `resolver/ui/static/`) and a JSON API.
+It serves one page (plain HTML, CSS and a small script from `resolver/configurator/static/`) and a JSON API.
 The API does not compute anything itself: every answer is what the `accord` command line prints for
 the same input, printed by the CLI's own functions in this process with its output captured, so the
 page, a script and a terminal can never disagree, byte for byte. The requests of one change (the

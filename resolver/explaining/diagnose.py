@@ -42,7 +42,7 @@ def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]
     """
     found: list[tuple[list[str], list[Rule]]] = []
     # What solving each command gave, shared by every step; each command below is the launch with
-    # some values dropped, so it starts from what the launch's own solve found (resolver/nearby.py).
+    # some values dropped, so it starts from what the launch's own solve found (resolver/solving/nearby.py).
     cache: dict = {}
     before = nearby_for(plan, user, facts, cache)
     remaining = dict(user)

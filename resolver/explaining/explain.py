@@ -4,7 +4,7 @@ A conflict is *minimal*: the user values and hard rules it names are together un
 dropping any one of them makes the rest satisfiable. We find it with QuickXplain (divide and
 conquer over the candidates), and every check is cheap because facts and user values are constants.
 The checks all ask about commands near the user's (a subset of the rules, a few values dropped), so
-they go through resolver/nearby.py, which answers each from what the nearby commands' solves found.
+they go through resolver/solving/nearby.py, which answers each from what the nearby commands' solves found.
 
 Fixes (fixes.py) build on these cores; diagnose.py puts the two together into the conflicts a
 report shows.
@@ -58,7 +58,7 @@ def minimal_rules(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
     """A minimal set of hard rules (from `rules`, default all) that, with `user`, is unsatisfiable
     (`cache`: the explanation's `Nearby` objects)."""
     pool = list(plan.hard_rules if rules is None else rules)
-    nearby = nearby_for(plan, user, facts, cache)  # most checks need no solve (resolver/nearby.py)
+    nearby = nearby_for(plan, user, facts, cache)  # most checks need no solve (resolver/solving/nearby.py)
     core = set(id(r) for r in quickxplain(pool, nearby.rules_unsatisfiable))
     return [r for r in pool if id(r) in core]
 

@@ -1,6 +1,6 @@
 """Fixes an operator would apply: candidate changes to a conflicting launch, verified and ranked.
 
-A conflict (resolver/explain.py) names the user values and rules that cannot hold together. Its fixes
+A conflict (resolver/explaining/explain.py) names the user values and rules that cannot hold together. Its fixes
 are changes to the command that make it resolve, each verified by solving again. Candidates come
 from three places:
 - the rules' `fix:` hints (what upstream would have set; a hint may set flags the user did not
@@ -89,7 +89,7 @@ def combine(fixes: list[Fix]) -> Fix | None:
 def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
                flags: list[str], rules: list[Rule], cache: dict | None = None) -> list[Fix]:
     """The verified fixes of one conflict (its user `flags` and `rules`), best first (`cache`: the
-    explanation's `Nearby` objects, see resolver/nearby.py).
+    explanation's `Nearby` objects, see resolver/solving/nearby.py).
 
     Rank, smaller first: (changed flags, not the rule's own hint, warnings the fix adds, typed
     values changed or dropped, preference order). A hint is upstream's answer (or the rule

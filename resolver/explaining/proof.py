@@ -1,7 +1,7 @@
 """Launch-time conflict reports for people: the proof text and whether to color it.
 
 The report itself (what each conflict is, its verified fixes, the combined fix) is one structure
-built by resolver/conflict_report.py; this module only decides how the CLI shows it.
+built by resolver/explaining/conflict_report.py; this module only decides how the CLI shows it.
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ class Env:
         self._shared = shared
         self._plain = plan.plain
         # Named derived values read in this environment (kept by their expressions, see
-        # resolver/rules.py `_combine`), like `_derived` for derived flags.
+        # resolver/language/ruleset.py `_combine`), like `_derived` for derived flags.
         self.named_values: dict[str, Any] = {}
 
     def fact(self, key: str) -> Any:
@@ -463,14 +463,14 @@ class Plan:
     def decisions(self, user: Mapping[str, Any], facts: Mapping[str, Any],
                   hard_rules: list[Rule] | None = None) -> dict[str, Any] | None:
         """The decisions `solve` makes (None: unsatisfiable), without resolving every other flag:
-        explanations read the few values they need through an `Env` (resolver/nearby.py)."""
+        explanations read the few values they need through an `Env` (resolver/solving/nearby.py)."""
         rules = self.hard_rules if hard_rules is None else hard_rules
         decided, ok, _, _ = self._decide(user, facts, rules, self.shared(user, facts))
         return decided if ok else None
 
     def decision_groups(self, user: Mapping[str, Any]) -> list[tuple[tuple[str, ...], tuple[Rule, ...]]]:
         """The independent groups of decisions for these set flags, each with the hard rules that
-        read its decisions (resolver/nearby.py re-decides only the groups a change reaches)."""
+        read its decisions (resolver/solving/nearby.py re-decides only the groups a change reaches)."""
         return [(tuple(var for var, *_ in steps), tuple(rule for *_, closing in steps for rule in closing))
                 for steps in self._structure(user, self.hard_rules)[2]]
 
