@@ -43,3 +43,10 @@ def test_bench_gpu_engine_dry_run_serves_and_compares_with_transformers():
     tables = [line.split() for line in out.splitlines() if line.strip().startswith("2 ")]
     assert len(tables) == 2, out            # one batch-2 row per contender
     assert all(float(row[1]) > 0 for row in tables), out   # prefill tokens per second
+
+
+def test_profile_decode_step_dry_run_splits_a_step_into_its_parts():
+    out = dry_run("profile_decode_step.py", "--batch", "2")
+    step = next(line for line in out.splitlines() if line.startswith("batch 2:"))
+    for part in ("build_batch", "forward", "sample", "rest"):
+        assert part in step, out
