@@ -43,14 +43,18 @@ REQUIREMENTS = {
     "kv_cache_dtypes": ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2"),
     "min_triton": "3.2",
     "min_cuda_sm": {  # {first Triton release: lowest CUDA capability}, from kernels/capabilities.yaml
+        "auto": {"3.2": 80, "3.3": 0},
+        "bf16": {"3.2": 80, "3.3": 0},
+        "bfloat16": {"3.2": 80, "3.3": 0},
         "fp8_e4m3": {"3.2": 89},
-        "fp8_e5m2": {"3.2": 0, "3.9": 80},
+        "fp8_e5m2": {"3.2": 80, "3.3": 0, "3.9": 80},
     },
     "max_cuda_sm": {"3.2": 90, "3.3": None},
 }
 """What these kernels need, mirrored by rules/llm/kernels.yaml (keys as in kernels.attention.decode).
-Quantizing needs more than reading: from Triton 3.9 on, its fp32 -> e5m2 conversion emits
-cvt.f16x2.f32, which ptxas accepts only from sm_80; earlier releases convert in software."""
+Triton 3.2 converts bf16 (a bf16 model's K/V, or bf16 to e5m2) only from sm_80. Quantizing needs
+more than reading: from Triton 3.9 on, its fp32 -> e5m2 conversion emits cvt.f16x2.f32, which
+ptxas accepts only from sm_80; 3.3 to 3.8 convert in software and build everywhere."""
 
 BLOCK = 1024
 """Elements per program of the element-wise kernels."""
