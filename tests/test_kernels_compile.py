@@ -70,6 +70,8 @@ def compiled(name: str, target: GPUTarget, cache: str = "fp16", model: str = "fp
     ("extend", "fp8e4nv", "fp16", 128, GFX942),
 ], ids=lambda value: value.arch if isinstance(value, GPUTarget) else str(value))
 def test_kernel_compiles_for_gpu_targets(name, cache, model, head_dim, target):
+    if target.backend == "hip" and (why := capabilities.unprobeable(target.arch)):
+        pytest.skip(f"Triton {INSTALLED}: {why}")
     binary = compiled(name, target, cache, model, head_dim)
     assert binary.asm.get("cubin" if target.backend == "cuda" else "hsaco")
 
@@ -79,7 +81,10 @@ def stack_bytes(binary) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(binary.asm["cubin"])
-        usage = subprocess.run([triton.knobs.nvidia.cuobjdump.path, "--dump-resource-usage", str(path)],
+        # Triton 3.4 and newer name the tool in triton.knobs; older ones only bundle it.
+        tool = triton.knobs.nvidia.cuobjdump.path if hasattr(triton, "knobs") else \
+            str(Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump")
+        usage = subprocess.run([tool, "--dump-resource-usage", str(path)],
                                capture_output=True, text=True, check=True).stdout
     return int(usage.split("STACK:")[1].split()[0])
 
