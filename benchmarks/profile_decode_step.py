@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gpu_engine import LLAMA_8B, TINY  # noqa: E402
+from bench_gpu_engine import LLAMA_8B, TINY
 
 
 def make_worker(folder: Path, device: str):

@@ -1,22 +1,22 @@
 """Where the kernels build: each kernel compiled offline for each GPU target, per Triton release.
 
-Whether a kernel builds for a GPU depends on the Triton release as much as on the GPU: Triton 3.6
-and older emit fp32 -> e5m2 conversions that need CUDA capability 8.9, Triton 3.9 builds them
-from 8.0; a Triton whose bundled ptxas predates Blackwell cannot target sm_100 at all. None of
-this needs a GPU to find out: Triton compiles for any :class:`GPUTarget` with its bundled ptxas
-(CUDA) or LLVM (ROCm), so :func:`probe` compiles every kernel of every module for every target of
-:data:`TARGETS`, once per KV-cache element type, and records where it builds.
+Whether a kernel builds for a GPU depends on the Triton release as much as on the GPU: Triton 3.2
+and 3.3 lower the attention kernels' tl.dot only from sm_80 while 3.4 and newer build them from
+sm_70; Triton 3.9's fp32 -> e5m2 conversion needs sm_80 where 3.3 to 3.8 convert in software; Triton
+3.2's bundled ptxas predates Blackwell and targets no sm_100 or sm_120. None of this needs a GPU to
+find out: Triton compiles for any :class:`GPUTarget` with its bundled ptxas (CUDA) or LLVM (ROCm),
+so :func:`probe` compiles every kernel of every module for every target of :data:`TARGETS`, once
+per KV-cache / model element-type pair, and records where it builds.
 
 - ``benchmarks/kernel_capabilities.py`` runs :func:`probe` under each supported Triton release
   (one virtual environment each) and writes the results to ``kernels/capabilities.yaml``.
-- The kernel modules declare their needs in ``REQUIREMENTS`` (``min_cuda_sm`` per KV dtype, as
-  steps over Triton versions: :func:`min_cuda_sm`); tests/test_kernels_compile.py checks those
-  declarations against the stored table for every release, and the stored table's row for the
-  installed Triton against a fresh probe. rules/llm/kernels.yaml mirrors the declarations for the
+- The kernel modules declare their needs in ``REQUIREMENTS`` (``min_cuda_sm`` per KV dtype and
+  ``max_cuda_sm``, as steps over Triton releases: :func:`at_release`); tests/test_kernels_compile.py
+  checks those declarations against the stored table for every release, and the stored row of the
+  installed Triton against fresh compiles at each of its boundaries. rules/llm/kernels.yaml mirrors the declarations for the
   resolver, which reads the machine's ``packages.triton``.
 
-This module imports triton only inside :func:`launch` and :func:`probe`, so the table can be read
-without it.
+This module imports triton only when it compiles, so the table can be read without it.
 """
 
 from __future__ import annotations

@@ -194,7 +194,7 @@ def kernels_allow(flags: dict, facts: dict) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def grid() -> tuple:
     """Every combination of the values the rules and requirements distinguish between."""
     machines = [{"platform": "cuda", "gpu.sm": sm} for sm in (70, 75, 80, 86, 89, 90, 100, 120)]
