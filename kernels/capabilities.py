@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import signal
+import time
 from pathlib import Path
 
 import yaml
@@ -142,7 +145,8 @@ def builds(name: str, target: str, combo: str = "fp16/fp16") -> bool:
     on the release and the stage; every refusal counts as "does not build". A refusal is repeated
     before it counts: on a loaded machine a compile sometimes fails for want of resources.
     """
-    return any(_COMPILER.compiles(name, target, combo) for _ in range(ATTEMPTS))
+    cache, model = combo.split("/")
+    return any(_compiles_alone(name, target, cache, model) == 0 for _ in range(ATTEMPTS))
 
 
 ATTEMPTS = 3
@@ -151,50 +155,54 @@ ATTEMPTS = 3
 TIMEOUT_S = 600
 """Longest one offline compile may take before it counts as a failure."""
 
-
-def _compile_quietly(name: str, target: str, combo: str) -> bool:
-    """Runs in the compiler process: compile, answer True or False, print nothing."""
-    cache, model = combo.split("/")
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            compile_kernel(name, target, cache, model, head_dim=TINY)
-        return True
-    except Exception:  # noqa: BLE001 - see builds()
-        return False
+_NO_ROCM_LINKER = 3
+"""A compile child's exit status when Triton lacks the ROCm linker to link AMD code."""
 
 
-class _Compiler:
-    """Compiles in a separate, spawned process, started again after it dies.
+def _compiles_alone(name: str, target: str, cache: str, model: str) -> int:
+    """Exit status of a forked child that compiles one kernel: 0 built, else refused (or crashed).
 
-    Not in this process: Triton 3.2's LLVM aborts the whole process ("Failed to compute parent
-    layout for slice layout") on layouts it cannot lower. Not in a forked child: forking after
-    Triton's compiler has started threads can deadlock the child.
+    One compile per child, from a parent that compiles nothing itself, because a Triton process
+    remembers its failures: under Triton 3.5 and 3.6, once e4m3 compiles have failed for a GPU, the
+    same process refuses e5m2 ones for it that a fresh process builds (the floors a GPU session
+    measured in one process were this artefact). A child also contains LLVM aborts (Triton 3.2:
+    "Failed to compute parent layout for slice layout"), and a parent without compiler threads can
+    fork safely.
     """
-
-    def __init__(self):
-        self._pool = None
-
-    def compiles(self, name: str, target: str, combo: str) -> bool:
-        import concurrent.futures
-        import multiprocessing
-
-        if self._pool is None:
-            self._pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit status only
+        code = 1
         try:
-            return self._pool.submit(_compile_quietly, name, target, combo).result(timeout=TIMEOUT_S)
-        except (concurrent.futures.process.BrokenProcessPool, concurrent.futures.TimeoutError):
-            self._restart()
-            return False
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                compile_kernel(name, target, cache, model, head_dim=TINY)
+            code = 0
+        except BaseException as exc:  # noqa: BLE001 - every refusal means "does not build"
+            code = _NO_ROCM_LINKER if "ld.lld" in str(exc) else 1
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return 1
+        time.sleep(0.01)
 
-    def _restart(self) -> None:
-        pool, self._pool = self._pool, None
-        for process in list(getattr(pool, "_processes", {}).values()):
-            process.kill()   # a hung compile: the only way out of it
-        pool.shutdown(wait=False, cancel_futures=True)
 
+def _import_the_compiler() -> None:
+    """Import (not run) Triton's compiler and the kernels here, once, so that each forked compile
+    starts with them loaded: four times faster, and importing starts no compiler threads."""
+    import triton.compiler.compiler  # noqa: F401
 
-_COMPILER = _Compiler()
+    from accord.kernels import kv_quant, rmsnorm  # noqa: F401
+    from accord.kernels.attention import decode, extend  # noqa: F401
+    from accord.kernels.testing import compile_offline  # noqa: F401
 
 
 def unprobeable(target: str) -> str | None:
@@ -203,12 +211,8 @@ def unprobeable(target: str) -> str | None:
     Triton 3.4 and older link AMD code with a ROCm ld.lld they do not bundle; without ROCm here
     nothing can be learnt about AMD targets, which is not the same as "does not build".
     """
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            compile_kernel("dequantize", target, "fp8e5", "fp16", head_dim=TINY)
-    except Exception as exc:  # noqa: BLE001 - only the missing-linker case is told apart
-        if "ld.lld" in str(exc):
-            return "this Triton release needs a ROCm installation (ld.lld) to compile for AMD GPUs"
+    if _compiles_alone("dequantize", target, "fp8e5", "fp16") == _NO_ROCM_LINKER:
+        return "this Triton release needs a ROCm installation (ld.lld) to compile for AMD GPUs"
     return None
 
 
@@ -219,6 +223,7 @@ def probe(targets=TARGETS, modules=tuple(MODULE_KERNELS)) -> dict:
     target with a "cache/model" combo when every one of its KV kernels does; its other kernels
     (no KV cache) are probed once, fp16.
     """
+    _import_the_compiler()
     unprobed = {target: why for target in targets if (why := unprobeable(target))}
     targets = [target for target in targets if target not in unprobed]
     found = {"unprobed": unprobed}

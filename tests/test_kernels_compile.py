@@ -16,7 +16,10 @@ kernels land in Triton's cache (~/.triton/cache), so only a first run pays the c
 
 import functools
 import itertools
+import json
+import os
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -70,9 +73,12 @@ def compiled(name: str, target: GPUTarget, cache: str = "fp16", model: str = "fp
     ("extend", "fp8e4nv", "fp16", 128, GFX942),
 ], ids=lambda value: value.arch if isinstance(value, GPUTarget) else str(value))
 def test_kernel_compiles_for_gpu_targets(name, cache, model, head_dim, target):
-    if target.backend == "hip" and (why := capabilities.unprobeable(target.arch)):
-        pytest.skip(f"Triton {INSTALLED}: {why}")
-    binary = compiled(name, target, cache, model, head_dim)
+    try:
+        binary = compiled(name, target, cache, model, head_dim)
+    except Exception as exc:
+        if "ld.lld" in str(exc):  # Triton 3.4 and older link AMD code with a ROCm linker this machine lacks
+            pytest.skip(f"Triton {INSTALLED} needs a ROCm installation (ld.lld) to compile for AMD GPUs")
+        raise
     assert binary.asm.get("cubin" if target.backend == "cuda" else "hsaco")
 
 
@@ -112,18 +118,31 @@ def boundary_targets(targets: list[str], built: list[str]) -> list[str]:
     return [t for t in targets if t in chosen]
 
 
+def builds_in_a_fresh_process(checks: list[tuple[str, str, str]]) -> list[bool]:
+    """kernels.capabilities.builds for each (kernel, target, combo), from a process that has compiled
+    nothing: this one has, and a Triton process remembers (see capabilities._compiles_alone)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("import json, sys\nfrom accord.kernels import capabilities as c\nc._import_the_compiler()\n"
+            "print(json.dumps([c.builds(*check) for check in json.loads(sys.argv[1])]))")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(checks)], capture_output=True, text=True,
+                          env=env, timeout=3600, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize("module", list(KV_MODULES.values()))
 def test_the_stored_row_of_the_installed_triton_is_what_it_builds(module):
     """The table's row for this Triton, checked at every boundary by compiling now."""
     row = table_row()
     cuda = [t for t in capabilities.TARGETS if t.startswith("sm")]
+    points = [(combo, target) for combo, built in row[module]["kv"].items()
+              for target in boundary_targets(cuda, built)]
+    kernels = capabilities.MODULE_KERNELS[module]["kv"]
+    results = builds_in_a_fresh_process([(name, target, combo) for combo, target in points for name in kernels])
     wrong = []
-    for combo, built in row[module]["kv"].items():
-        for target in boundary_targets(cuda, built):
-            kernels = capabilities.MODULE_KERNELS[module]["kv"]
-            now = all(capabilities.builds(name, target, combo) for name in kernels)
-            if now != (target in built):
-                wrong.append((combo, target, "builds now" if now else "no longer builds"))
+    for index, (combo, target) in enumerate(points):
+        now = all(results[index * len(kernels):(index + 1) * len(kernels)])
+        if now != (target in row[module]["kv"][combo]):
+            wrong.append((combo, target, "builds now" if now else "no longer builds"))
     assert not wrong, f"{module} under Triton {INSTALLED}: {wrong}; rerun benchmarks/kernel_capabilities.py"
 
 
