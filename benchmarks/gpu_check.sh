@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# The kernel checks that need a CUDA GPU, in one run: every kernel test module compiled for the
-# GPU (no Triton interpreter), then benchmarks/bench_kernels.py (Triton vs torch reference ratios).
+# The checks that need a CUDA GPU, in one run: every kernel test module compiled for the GPU (no
+# Triton interpreter), then benchmarks/bench_kernels.py (Triton vs torch's fused SDPA and the torch
+# reference: times, GB/s, TFLOP/s), benchmarks/profile_decode_step.py (where a decode step's time goes)
+# and benchmarks/bench_gpu_engine.py (an 8B-shaped model served
+# by `accord serve` vs the weight-read roofline and vs transformers + torch.compile).
 #   benchmarks/gpu_check.sh            (PYTHON=... to choose the interpreter; default: .venv, else python3)
-# Exit status: 0 all passed, 1 a test module failed, 2 no CUDA device.
+#   SKIP_ENGINE=1 benchmarks/gpu_check.sh     (kernels only: the engine benchmark takes minutes)
+# Exit status: 0 all passed, 1 a test module or benchmark failed, 2 no CUDA device.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,4 +29,11 @@ done
 
 echo "== benchmarks/bench_kernels.py"
 PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" "$py" benchmarks/bench_kernels.py || status=1
+echo "== benchmarks/profile_decode_step.py (batch 1, then 64)"
+PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" "$py" benchmarks/profile_decode_step.py --batch 1 || status=1
+PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" "$py" benchmarks/profile_decode_step.py --batch 64 || status=1
+if [[ -z "${SKIP_ENGINE:-}" ]]; then
+    echo "== benchmarks/bench_gpu_engine.py"
+    PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" "$py" benchmarks/bench_gpu_engine.py || status=1
+fi
 exit $status

@@ -41,10 +41,20 @@ REQUIREMENTS = {
     "phases": ("prefill", "decode"),
     "platforms": ("cuda", "rocm", "cpu"),
     "kv_cache_dtypes": ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2"),
-    "min_cuda_sm": {"fp8_e4m3": 89, "fp8_e5m2": 80},
+    "min_triton": "3.2",
+    "min_cuda_sm": {  # {first Triton release: lowest CUDA capability}, from kernels/capabilities.yaml
+        "auto": {"3.2": 80, "3.3": 0},
+        "bf16": {"3.2": 80, "3.3": 0},
+        "bfloat16": {"3.2": 80, "3.3": 0},
+        "fp8_e4m3": {"3.2": 89},
+        "fp8_e5m2": {"3.2": 80, "3.3": 0, "3.9": 80},
+    },
+    "max_cuda_sm": {"3.2": 90, "3.3": None},
 }
 """What these kernels need, mirrored by rules/llm/kernels.yaml (keys as in kernels.attention.decode).
-Quantizing needs more than reading: Triton's fp32 -> e5m2 conversion needs sm_80 PTX."""
+Triton 3.2 converts bf16 (a bf16 model's K/V, or bf16 to e5m2) only from sm_80. Quantizing needs
+more than reading: from Triton 3.9 on, its fp32 -> e5m2 conversion emits cvt.f16x2.f32, which
+ptxas accepts only from sm_80; 3.3 to 3.8 convert in software and build everywhere."""
 
 BLOCK = 1024
 """Elements per program of the element-wise kernels."""
@@ -97,8 +107,11 @@ def _round_to_fp8(x, FP8_MAX: tl.constexpr, MANTISSA_BITS: tl.constexpr, MIN_EXP
     # Adding and removing 1.5 * 2^23 rounds a number below 2^22 to an integer, ties to even.
     units = (magnitude * to_units + 12582912.0) - 12582912.0
     rounded = units * to_value
-    # The sign bit goes back on last, so -0.0 and negatives that round to zero stay negative.
-    return tl.where(x.to(tl.int32, bitcast=True) < 0, -rounded, rounded)
+    # The sign goes back on last as a bit, so -0.0 and negatives that round to zero stay negative
+    # (byte 0x80, as torch writes). Not `-rounded`: Triton 3.7 and older lower float negation to
+    # `0.0 - x`, which turns -0.0 into +0.0 in compiled code (the interpreter negates exactly).
+    sign = x.to(tl.uint32, bitcast=True) & 0x80000000
+    return (rounded.to(tl.uint32, bitcast=True) | sign).to(tl.float32, bitcast=True)
 
 
 @triton.jit

@@ -12,11 +12,26 @@ interpreter bf16 operands are upcast to fp32 before ``tl.dot``; on a GPU they st
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
-INTERPRETER: bool = bool(triton.knobs.runtime.interpret)
+
+def _interpreting() -> bool:
+    """Whether Triton decorates kernels for its interpreter in this process.
+
+    Triton 3.4 and newer say so in ``triton.knobs``; older releases read TRITON_INTERPRET directly
+    when a kernel is decorated, so the environment is the answer there.
+    """
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None:
+        return bool(knobs.runtime.interpret)
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+INTERPRETER: bool = _interpreting()
 """True when this process's Triton kernels run under the CPU interpreter."""
 
 IMPLS = ("triton", "torch")

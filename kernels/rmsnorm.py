@@ -26,6 +26,8 @@ from accord.kernels.launch import check_impl, require_launchable
 REQUIREMENTS = {
     "phases": ("prefill", "decode"),
     "platforms": ("cuda", "rocm", "cpu"),
+    "min_triton": "3.2",
+    "max_cuda_sm": {"3.2": 90, "3.3": None},
 }
 """What this kernel needs, mirrored by rules/llm/kernels.yaml (keys as in kernels.attention.decode)."""
 

@@ -129,6 +129,8 @@ def compile_offline(kernel, target, arg_types: dict[str, str], constexprs: dict,
     hint Triton gives them at run time when they are multiples of 16, as real launches have, so
     the compiled code is the code a GPU would run.
     """
+    import inspect
+
     import triton
     from triton.compiler import ASTSource
 
@@ -145,9 +147,18 @@ def compile_offline(kernel, target, arg_types: dict[str, str], constexprs: dict,
     unknown = sorted((set(arg_types) | set(constexprs)) - set(kernel.arg_names))
     if unknown:
         raise ValueError(f"{kernel.__name__} has no arguments {unknown}.")
-    hints = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names)
-             if signature[name].startswith("*") or name.startswith("stride_")}
+    aligned = [i for i, name in enumerate(kernel.arg_names)
+               if signature[name].startswith("*") or name.startswith("stride_")]
+    if "constants" in inspect.signature(ASTSource).parameters:
+        # Triton 3.2 and older: constexprs by name outside the signature, hints as a descriptor.
+        from triton.backends.compiler import AttrsDescriptor
+
+        source = ASTSource(kernel, {name: kind for name, kind in signature.items() if kind != "constexpr"},
+                           constants=dict(constexprs),
+                           attrs=AttrsDescriptor.from_hints({i: 16 for i in aligned}))
+    else:
+        hints = {(i,): [["tt.divisibility", 16]] for i in aligned}
+        source = ASTSource(kernel, signature, constexprs=constexprs, attrs=hints)
     # FP fusion on, as Triton 3.9 launches default to (saying so explicitly silences its warning).
     options = {"num_warps": num_warps, "num_stages": num_stages, "enable_fp_fusion": True}
-    return triton.compile(ASTSource(kernel, signature, constexprs=constexprs, attrs=hints), target=target,
-                          options=options)
+    return triton.compile(source, target=target, options=options)

@@ -38,6 +38,24 @@ def test_quantize_matches_reference_byte_for_byte(fp8, scale):
     assert torch.equal(as_bytes(out), as_bytes(kv_quant.quantize(x, scale, dtype=fp8, impl="torch")))
 
 
+@pytest.mark.parametrize("scale", [1.0, 0.37, 4.0])
+@pytest.mark.parametrize("fp8", FP8, ids=str)
+def test_negative_zero_and_tiny_negatives_are_stored_as_negative_zero(fp8, scale):
+    """-0.0 and negatives below half the smallest FP8 subnormal round to -0: byte 0x80, as torch
+    stores them (a compiled kernel that negates by subtracting from zero writes 0x00 instead)."""
+    subnormal = torch.finfo(fp8).tiny * torch.finfo(fp8).eps      # smallest positive FP8 number
+    tiny = [-0.0, -1e-30, -1e-9 * scale, -subnormal * scale * 0.49, -torch.finfo(torch.float32).tiny]
+    x = torch.tensor(tiny + [0.0, 1e-9 * scale], device=DEVICE)
+    expected = [0x80] * len(tiny) + [0x00, 0x00]
+    assert as_bytes(kv_quant.quantize(x, scale, dtype=fp8)).tolist() == expected
+    assert as_bytes(kv_quant.quantize(x, scale, dtype=fp8, impl="torch")).tolist() == expected
+    k = x[:, None, None].expand(-1, 1, 16).contiguous()            # the write path: store_kv
+    k_cache, v_cache = make_cache(fp8, page_size=16, num_pages=1, heads=1, head_dim=16)
+    kv_quant.store_kv(k_cache, v_cache, k, k, torch.arange(len(x), device=DEVICE),
+                      k_scale=scale, v_scale=scale)
+    assert as_bytes(k_cache)[0, :len(x), 0, 0].tolist() == expected
+
+
 @pytest.mark.parametrize("fp8", FP8, ids=str)
 def test_quantize_saturates_instead_of_overflowing(fp8):
     limit = kv_quant.fp8_max(fp8)

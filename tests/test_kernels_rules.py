@@ -3,8 +3,10 @@
 The rule file is read with plain yaml and its expressions evaluated by the small evaluator below
 (the subset of the rule language these rules use), so this test depends on no resolver code. On
 a grid of machines, models and flag values it checks that the kernels' declared needs and the
-rules' require/conflict verdicts agree on every point. tests/test_kernels_compile.py checks the
-declared GPU capabilities against what Triton really compiles, closing the loop.
+rules' require/conflict verdicts agree on every point, the machine's Triton release
+(`packages.triton`) included. tests/test_kernels_compile.py checks the declared GPU capabilities
+against what each Triton release really compiles (kernels/capabilities.yaml), closing the loop; and
+the table must cover every Triton release a facts preset names.
 
 Runs in its own process (tests/test_kernels_isolated.py) because importing the kernel modules
 imports triton.
@@ -25,7 +27,7 @@ from accord.kernels.testing import kernel_test_device
 DEVICE = kernel_test_device()
 
 import accord.kernels  # noqa: E402  (after the process check)
-from accord.kernels import kv_quant, rmsnorm  # noqa: E402
+from accord.kernels import capabilities, kv_quant, rmsnorm  # noqa: E402
 from accord.kernels.attention import decode, extend  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +53,13 @@ def choice_property(flag: str, prop: str, value):
 KERNEL_MODULES = [decode, extend, kv_quant, rmsnorm]
 BACKENDS_WITH_KERNELS = ("triton", "torch_native")
 """Phase backends that run these kernels (triton) or their torch references (torch_native)."""
-FACTS_USED = {"platform", "gpu.sm", "model.head_dim"}
+FACTS_USED = {"platform", "gpu.sm", "model.head_dim", "packages.triton"}
+TABLE = capabilities.load_table()
+TRITON_RELEASES = sorted(TABLE["triton"], key=capabilities.release)
+NEWEST = TRITON_RELEASES[-1]
+"""A machine whose Triton is unknown is taken to have the newest probed release (the one the
+project's environment installs)."""
+PRESETS = {path.stem: yaml.safe_load(path.read_text()) for path in sorted((ROOT / "rules/facts").glob("*.yaml"))}
 
 
 class Unknown(Exception):
@@ -81,6 +89,10 @@ def evaluate(text: str, flags: dict, facts: dict, user_set: frozenset = frozense
             return [value(element) for element in node.elts]
         if isinstance(node, ast.Call) and node.func.id == "is_set":
             return node.args[0].id in user_set
+        if isinstance(node, ast.Call) and node.func.id == "known":
+            return facts.get(dotted(node.args[0])) is not None
+        if isinstance(node, ast.Call) and node.func.id == "version":
+            return tuple(int(part) for part in str(value(node.args[0])).split(".")[:3])
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Call) and node.value.func.id == "meta":
             flag = node.value.args[0].id
             return choice_property(flag, node.attr, flags.get(flag, CATALOG[flag].get("default")))
@@ -135,7 +147,7 @@ def names_in(text: str) -> set:
         elif isinstance(node, ast.Name) and not any(
                 isinstance(parent, ast.Attribute) and parent.value is node for parent in ast.walk(tree)):
             found.add(node.id)
-    return found - {"is_set", "meta"}
+    return found - {"is_set", "meta", "known", "version"}
 
 
 def rules_allow(flags: dict, facts: dict, rules: list = RULES) -> bool:
@@ -165,8 +177,15 @@ def kernels_allow(flags: dict, facts: dict) -> bool:
             continue
         if facts["platform"] not in need["platforms"]:
             return False
-        if facts["platform"] == "cuda" and facts["gpu.sm"] < need.get("min_cuda_sm", {}).get(kv, 0):
-            return False
+        triton = facts.get("packages.triton") or NEWEST
+        if facts["platform"] == "cuda":
+            if capabilities.release(triton) < capabilities.release(need["min_triton"]):
+                return False    # older than every release the kernels are probed with
+            if facts["gpu.sm"] < capabilities.min_cuda_sm(need, kv, triton):
+                return False
+            newest = capabilities.max_cuda_sm(need, triton)
+            if newest is not None and facts["gpu.sm"] > newest:
+                return False
         head_dim = facts.get("model.head_dim")
         if head_dim is not None and head_dim > need.get("max_head_dim", head_dim):
             return False
@@ -176,18 +195,31 @@ def kernels_allow(flags: dict, facts: dict) -> bool:
     return True
 
 
-def grid():
+@functools.cache
+def grid() -> tuple:
     """Every combination of the values the rules and requirements distinguish between."""
     machines = [{"platform": "cuda", "gpu.sm": sm} for sm in (70, 75, 80, 86, 89, 90, 100, 120)]
     machines += [{"platform": p, "gpu.sm": None} for p in ("rocm", "cpu", "xpu", "npu", "mps")]
     models = [{}, {"model.head_dim": 128}, {"model.head_dim": 256}, {"model.head_dim": 512}]
     backends = ["triton", "torch_native", "flashinfer"]
+    points = []
     for machine, model, prefill, decode_backend, kv, splits, tile in itertools.product(
             machines, models, backends, backends, CATALOG["kv_cache_dtype"]["choices"], [0, 8], [None, 0]):
         flags = {"prefill_attention_backend": prefill, "decode_attention_backend": decode_backend,
                  "kv_cache_dtype": kv, "triton_attention_num_kv_splits": splits,
                  "triton_attention_split_tile_size": tile}
-        yield flags, {**machine, **model}
+        points.append((flags, {**machine, **model}))
+    # The Triton release matters on CUDA only, beside the backends and the KV dtype: each probed
+    # release, one older than all, a later patch and a later release.
+    releases = ["3.1.0", *TRITON_RELEASES, f"{NEWEST.rsplit('.', 1)[0]}.9", "9.0.0"]
+    for sm, release, prefill, decode_backend, kv in itertools.product(
+            (70, 75, 80, 86, 89, 90, 100, 120), releases, backends[:2], backends[:2],
+            CATALOG["kv_cache_dtype"]["choices"]):
+        flags = {"prefill_attention_backend": prefill, "decode_attention_backend": decode_backend,
+                 "kv_cache_dtype": kv, "triton_attention_num_kv_splits": 8,
+                 "triton_attention_split_tile_size": None}
+        points.append((flags, {"platform": "cuda", "gpu.sm": sm, "packages.triton": release}))
+    return tuple(points)
 
 
 def test_rules_and_kernel_requirements_agree_on_every_point_of_the_grid():
@@ -266,3 +298,22 @@ def test_engine_kv_dtypes_are_ones_every_kernel_stores():
         stored = need.get("kv_cache_dtypes")
         if stored is not None:
             assert set(allowed) <= set(stored), (need, allowed)
+
+
+def test_the_capability_table_covers_every_triton_release_a_preset_names():
+    """A preset's Triton (rules/facts/*.yaml packages.triton) must be a release the table probed,
+    else the rules would judge that machine from another release's compiles."""
+    probed = {capabilities.release(version) for version in TRITON_RELEASES}
+    named = {name: preset["packages"]["triton"] for name, preset in PRESETS.items()
+             if (preset.get("packages") or {}).get("triton")}
+    assert named, "no preset names a Triton release"
+    missing = {name: version for name, version in named.items() if capabilities.release(version) not in probed}
+    assert not missing, f"probe these with benchmarks/kernel_capabilities.py: {missing}"
+
+
+def test_every_declared_step_is_a_probed_release():
+    """Each "from this Triton release on" step of min_cuda_sm names a release the table holds."""
+    probed = {capabilities.release(version) for version in TRITON_RELEASES}
+    for module in KERNEL_MODULES:
+        for kv, steps in module.REQUIREMENTS.get("min_cuda_sm", {}).items():
+            assert {capabilities.release(since) for since in steps} <= probed, (module.__name__, kv, steps)

@@ -12,7 +12,6 @@ from typing import Sequence
 
 import torch
 
-from accord.kernels.paged_kv import flat_slots
 
 
 @dataclasses.dataclass
@@ -65,13 +64,21 @@ def logit_rows(seqs: Sequence[SeqSlice]) -> tuple[list[int], list[int]]:
 
 def build_batch(seqs: Sequence[SeqSlice], page_size: int, device: torch.device,
                 scratch_page: int = 0) -> ForwardBatch:
-    ids, positions, owners, lens, totals, sample_rows = [], [], [], [], [], []
-    for index, s in enumerate(seqs):
+    """The step's tensors, built on the host and moved to ``device`` in one copy.
+
+    Every index tensor is a slice of one int64 buffer: on a GPU a step then pays one host-to-device
+    copy instead of one per tensor, and the new tokens' cache slots are computed here (the host
+    knows every page) instead of by a chain of small index kernels.
+    """
+    ids, positions, slots, lens, totals, sample_rows = [], [], [], [], [], []
+    for s in seqs:
         lens.append(len(s.token_ids))
         totals.append(s.prefix_len + len(s.token_ids))
         ids.extend(s.token_ids)
-        positions.extend(range(s.prefix_len, s.prefix_len + len(s.token_ids)))
-        owners.extend([index] * len(s.token_ids))
+        for position in range(s.prefix_len, s.prefix_len + len(s.token_ids)):
+            positions.append(position)
+            # Where the token's K/V goes: the cache row its position maps to through its pages.
+            slots.append(s.pages[position // page_size] * page_size + position % page_size)
         if s.all_logits:
             sample_rows.extend(range(len(ids) - len(s.token_ids), len(ids)))
         elif s.sample:
@@ -79,17 +86,16 @@ def build_batch(seqs: Sequence[SeqSlice], page_size: int, device: torch.device,
     # Only the pages holding cached tokens; rows are padded with the scratch page.
     used = [list(s.pages[:-(-total // page_size)]) for s, total in zip(seqs, totals)]
     max_pages = max((len(p) for p in used), default=1) or 1
-    table = [p + [scratch_page] * (max_pages - len(p)) for p in used]
+    table = [page for p in used for page in p + [scratch_page] * (max_pages - len(p))]
 
-    def as_long(values):
-        return torch.tensor(values, dtype=torch.int64, device=device)
-
+    parts = (ids, positions, slots, table, lens, totals, sample_rows)
+    flat = torch.tensor([value for part in parts for value in part], dtype=torch.int64).to(device)
+    views, start = [], 0
+    for part in parts:
+        views.append(flat[start:start + len(part)])
+        start += len(part)
+    input_ids, position_tensor, out_slots, block_table, lens_tensor, seq_lens, sample_index = views
     mode = "decode" if seqs and all(n == 1 for n in lens) else "extend"
-    block_table = as_long(table).reshape(len(seqs), max_pages)
-    position_tensor = as_long(positions)
-    # Where each new token's K/V goes: the cache row its position maps to through the block table.
-    out_slots = flat_slots(block_table, as_long(owners), position_tensor, page_size)
-    return ForwardBatch(mode=mode, input_ids=as_long(ids), positions=position_tensor,
-                        out_slots=out_slots, extend_lens_tensor=as_long(lens), block_table=block_table,
-                        seq_lens=as_long(totals), extend_lens=lens, sample_index=as_long(sample_rows),
-                        kv_lens=totals)
+    return ForwardBatch(mode=mode, input_ids=input_ids, positions=position_tensor, out_slots=out_slots,
+                        extend_lens_tensor=lens_tensor, block_table=block_table.view(len(seqs), max_pages),
+                        seq_lens=seq_lens, extend_lens=lens, sample_index=sample_index, kv_lens=totals)

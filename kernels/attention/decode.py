@@ -57,14 +57,26 @@ REQUIREMENTS = {
     "phases": ("decode",),
     "platforms": ("cuda", "rocm", "cpu"),
     "kv_cache_dtypes": ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2"),
-    "min_cuda_sm": {"fp8_e4m3": 89},
+    "min_triton": "3.2",
+    "min_cuda_sm": {  # {first Triton release: lowest CUDA capability}, from kernels/capabilities.yaml
+        "auto": {"3.2": 80, "3.4": 0},
+        "bf16": {"3.2": 80, "3.4": 0},
+        "bfloat16": {"3.2": 80, "3.4": 0},
+        "fp8_e4m3": {"3.2": 90, "3.3": 89},
+        "fp8_e5m2": {"3.2": 80, "3.4": 0},
+    },
+    "max_cuda_sm": {"3.2": 90, "3.3": None},
     "max_head_dim": 256,
     "flag_minimums": {"triton_attention_num_kv_splits": 1, "triton_attention_split_tile_size": 1},
 }
 """What this kernel needs, mirrored by rules/llm/kernels.yaml: the attention phases whose resolved
 backend (triton, or torch_native for the reference) runs it, the platforms the Triton kernel runs
 on ("cpu": under the interpreter), the kv_cache_dtype values kernel and reference both handle, the
-CUDA capability a KV dtype needs, the widest head, and the smallest legal value of its flags."""
+oldest Triton release it is probed with, the CUDA capabilities it builds for under each Triton
+release (lowest per KV dtype, newest overall: steps read by kernels.capabilities.at_release; the
+Triton 3.2 and 3.3 compilers lower its tl.dot only from sm_80, Triton 3.2 turns e4m3 into bf16
+through a cvt that needs sm_90 and its ptxas knows no Blackwell), the widest head, and the smallest
+legal value of its flags."""
 
 
 @triton.jit

@@ -44,7 +44,15 @@ REQUIREMENTS = {
     "phases": ("prefill",),
     "platforms": ("cuda", "rocm", "cpu"),
     "kv_cache_dtypes": ("auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2"),
-    "min_cuda_sm": {"fp8_e4m3": 89},
+    "min_triton": "3.2",
+    "min_cuda_sm": {  # {first Triton release: lowest CUDA capability}, from kernels/capabilities.yaml
+        "auto": {"3.2": 80, "3.4": 0},
+        "bf16": {"3.2": 80, "3.4": 0},
+        "bfloat16": {"3.2": 80, "3.4": 0},
+        "fp8_e4m3": {"3.2": 90, "3.3": 89},
+        "fp8_e5m2": {"3.2": 80, "3.4": 0},
+    },
+    "max_cuda_sm": {"3.2": 90, "3.3": None},
     "max_head_dim": 256,
 }
 """What this kernel needs, mirrored by rules/llm/kernels.yaml (keys as in kernels.attention.decode)."""
