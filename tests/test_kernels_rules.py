@@ -181,7 +181,10 @@ def kernels_allow(flags: dict, facts: dict) -> bool:
         if facts["platform"] == "cuda":
             if capabilities.release(triton) < capabilities.release(need["min_triton"]):
                 return False    # older than every release the kernels are probed with
-            if facts["gpu.sm"] < capabilities.min_cuda_sm(need, kv, triton):
+            # A KV dtype the kernels do not store (upstream's kernels read it) still needs what the
+            # kernels need for a cache in the model's dtype: the attention code builds at all.
+            stored = kv if kv in need.get("kv_cache_dtypes", (kv,)) else "auto"
+            if facts["gpu.sm"] < capabilities.min_cuda_sm(need, stored, triton):
                 return False
             newest = capabilities.max_cuda_sm(need, triton)
             if newest is not None and facts["gpu.sm"] > newest:
