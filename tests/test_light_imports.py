@@ -10,7 +10,9 @@ HEAVY = ("torch", "triton", "numpy", "zmq")
 
 @pytest.mark.parametrize("module", ["accord.resolver.commands.cli", "accord.resolver.api", "accord.resolver.commands.resolve",
                                     "accord.resolver.commands.rules", "accord.resolver.commands.why",
-                                    "accord.resolver.commands.launch", "accord.resolver.commandline.emit"])
+                                    "accord.resolver.commands.launch", "accord.resolver.commandline.emit",
+                                    "accord.resolver.commands.tune", "accord.resolver.exploring.tune",
+                                    "accord.resolver.exploring.costmodel", "accord.resolver.exploring.measure"])
 def test_resolver_modules_do_not_import_engine_dependencies(module):
     code = (f"import sys, {module}; "
             f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")

@@ -20,6 +20,7 @@ COMMANDS = {
     "probe": ("accord.resolver.commands.probe", "Print the facts of this machine (or of a preset)."),
     "matrix": ("accord.resolver.commands.matrix", "Generate a CI matrix of legal configurations."),
     "launch": ("accord.resolver.commands.launch", "Resolve, then start upstream SGLang exactly as resolved."),
+    "tune": ("accord.resolver.commands.tune", "Find the fastest legal launch for a model, GPUs and a workload."),
     "serve": ("accord.resolver.commands.serve", "Resolve, then start the engine processes."),
     "completion": ("accord.resolver.commands.completion", "Print a bash or zsh completion script."),
     "ui": ("accord.resolver.configurator.server", "Serve the interactive configurator on this machine."),

@@ -128,6 +128,15 @@ class Pinning:
             return None
         return [tuple(minimal_rules(self.plan, pinned, self.facts, linked))] if every else []
 
+    def environment(self, pins: Mapping[str, Any]) -> Env:
+        """The command's values with `pins`, as the legality check saw them: resolved values the
+        pins cannot reach and the decisions they leave alone kept, the rest derived on demand.
+        Needs the resolved configuration (a Pinning built with one)."""
+        if self.decisions is None:
+            raise ValueError("Pinning.environment needs the resolved configuration of the command")
+        _, example = self._example(frozenset(pins))
+        return Env(self.plan, {**self.user, **pins}, self.facts, example)
+
     def _example(self, names: frozenset[str]) -> tuple[dict[str, Any], dict[str, Any]]:
         """(the resolved decisions the pins leave alone, those plus every resolved value they cannot reach).
 
