@@ -22,7 +22,6 @@ is never wrong, only sometimes more cautious than needed.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Iterable, Mapping
 
 from accord.resolver.language.expr import UnknownFact
@@ -86,9 +85,9 @@ class _Index:
         return found
 
 
-@functools.lru_cache(maxsize=64)
 def _index(plan: Plan, set_flags: frozenset[str]) -> _Index:
-    return _Index(plan, set_flags)
+    """The `_Index` of launches with these flags set, kept by the solver's cache layer."""
+    return plan.cache.lookup("nearby_index", set_flags, lambda: _Index(plan, set_flags), 64)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,8 +100,12 @@ class _Layout:
     keys: frozenset
 
 
-@functools.lru_cache(maxsize=256)
 def _layout_of(plan: Plan, set_flags: frozenset[str], relaxed: frozenset[str]) -> _Layout:
+    return plan.cache.lookup("nearby_layout", (set_flags, relaxed),
+                             lambda: _make_layout(plan, set_flags, relaxed), 256)
+
+
+def _make_layout(plan: Plan, set_flags: frozenset[str], relaxed: frozenset[str]) -> _Layout:
     groups = tuple(plan.decision_groups(RelaxedValues(dict.fromkeys(set_flags), relaxed)))
     return _Layout(groups, frozenset(id(rule) for _, rules in groups for rule in rules),
                    frozenset((names, tuple(map(id, rules))) for names, rules in groups))
