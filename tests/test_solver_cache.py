@@ -67,7 +67,6 @@ def _solver_answers(system: str, preset: str, user: dict) -> str:
 def _command_answers(system: str, preset: str, user: dict) -> str:
     """Everything the user can see of this command, as JSON text (compared byte for byte)."""
     facts = load_preset(preset)
-    plan = api.plan_for(system)
     out: dict = {}
     try:
         config = api.resolve(system, user, facts)

@@ -31,8 +31,11 @@ from accord.resolver.solving import core
 from accord.resolver.solving.cache import SolverCache, enabled
 from accord.resolver.solving.constants import Constants, applies, constant
 from accord.resolver.solving.core import Decided, Structure
-from accord.resolver.solving.env import (  # noqa: F401 (the solver's public names, imported from here)
-    Assignment, Env, Outcome, RelaxedValues, Shared, check, holds, set_flags_key)
+from accord.resolver.solving.env import Assignment, Env, Outcome, RelaxedValues, Shared, check, holds, set_flags_key
+
+# The solver's public names: callers import them from here (Env, RelaxedValues, check and holds live
+# in resolver/solving/env.py).
+__all__ = ["Assignment", "Env", "Outcome", "Plan", "RelaxedValues", "Shared", "check", "holds"]
 
 
 class Plan:
