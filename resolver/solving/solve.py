@@ -230,8 +230,9 @@ class Plan:
         names, whatever the values (see `_for_facts`): (the decision-free ones, the decision-reading
         ones). Explanations skip checking them, as `_decide` does."""
         def make() -> tuple[frozenset[int], frozenset[int]]:
-            structure = self._structure(user, self.hard_rules)
-            found = self._for_facts(user, facts, self.hard_rules, structure)
+            key = self._key(user, self.hard_rules)
+            structure = self._structure(user, self.hard_rules, key)
+            found = self._for_facts(user, facts, structure, key)
             checked = {id(rule) for rule in (*found.fixed, *found.with_decisions)}
             reading = {id(rule) for rule in structure.with_decisions}
             anyway = [id(rule) for rule in self.hard_rules if id(rule) not in checked]
@@ -270,23 +271,24 @@ class Plan:
         """Drop the per-launch values kept by `shared` (benchmarks: measure the work, not the memory)."""
         self.cache.forget("shared")
 
-    def _rules_key(self, rules: list[Rule]) -> tuple | None:
-        return None if rules is self.hard_rules else tuple(map(id, rules))
+    def _key(self, user: Mapping[str, Any], rules: list[Rule]) -> tuple:
+        """What a structure depends on: which flags are set (and relaxed), and which rules count."""
+        return set_flags_key(user), None if rules is self.hard_rules else tuple(map(id, rules))
 
-    def _structure(self, user: Mapping[str, Any], rules: list[Rule]) -> Structure:
+    def _structure(self, user: Mapping[str, Any], rules: list[Rule], key: tuple | None = None) -> Structure:
         """How to decide, given which flags are set and which rules count (see `core.Structure`)."""
         def make() -> Structure:
             memo, by_rule = self._memo(user)
             return core.build_structure(self, user, rules, memo, by_rule, self._constants(user))
-        return self.cache.lookup("structure", (set_flags_key(user), self._rules_key(rules)), make, 512)
+        return self.cache.lookup("structure", key or self._key(user, rules), make, 512)
 
-    def _for_facts(self, user: Mapping[str, Any], facts: Mapping[str, Any], rules: list[Rule],
-                   structure: Structure) -> Structure:
-        """`structure` without the rules that hold whatever the values, knowing only which flags
-        are set and which facts exist: say, the rules about Accord's own engine, guarded by
-        `known(engine)`, when the facts have no `engine` (a plain resolve). Such a rule never fails
-        and never reads an unknown fact, so no check of it can change a decision or the outcome.
-        No fact value enters it."""
+    def _for_facts(self, user: Mapping[str, Any], facts: Mapping[str, Any], structure: Structure,
+                   key: tuple) -> Structure:
+        """`structure` (for `key`, see `_key`) without the rules that hold whatever the values,
+        knowing only which flags are set and which facts exist: say, the rules about Accord's own
+        engine, guarded by `known(engine)`, when the facts have no `engine` (a plain resolve). Such
+        a rule never fails and never reads an unknown fact, so no check of it can change a decision
+        or the outcome. No fact value enters it."""
         known = frozenset(facts)
 
         def make() -> Structure:
@@ -294,12 +296,13 @@ class Plan:
             dropped = {id(rule) for rule in (*structure.fixed, *structure.with_decisions)
                        if constant(check, rule, probe) is True}
             return core.without_rules(structure, dropped)
-        return self.cache.lookup("for_facts", (set_flags_key(user), self._rules_key(rules), known), make, 512)
+        return self.cache.lookup("for_facts", (key, known), make, 512)
 
     def _decide(self, user: Mapping[str, Any], facts: Mapping[str, Any], rules: list[Rule],
                 shared: Shared) -> Decided:
         """`core.decide` on this launch's structure, less the rules holding whatever the values."""
-        structure = self._for_facts(user, facts, rules, self._structure(user, rules))
+        key = self._key(user, rules)
+        structure = self._for_facts(user, facts, self._structure(user, rules, key), key)
         return core.decide(self, user, facts, structure, shared)
 
 
