@@ -11,7 +11,6 @@ import dataclasses
 from typing import Any, Iterable, Mapping
 
 from accord.resolver.language.ruleset import Rule
-from accord.resolver.solving.memo import remember
 from accord.resolver.solving.solve import Plan, RelaxedValues
 
 
@@ -24,15 +23,15 @@ class _Index:
     """Who reads whom, given which flags the user set: an unset flag's default and prefer rules make
     it a reader of the flags they read; a set flag reads nothing (its value is the user's).
 
-    `affected` and `touched` answer from flag names alone, so their answers are kept (the index is
-    shared by every explanation of launches with these flags set, and one explanation asks about
-    the same few changes from several commands)."""
+    `affected` and `touched` answer from flag names alone, so the cache layer keeps their answers
+    (by the set flags and the question: every explanation of launches with these flags set shares
+    them, and one explanation asks about the same few changes from several commands)."""
 
-    MEMO_LIMIT = 4096  # answers kept per index before the memo starts again (bounded memory)
+    MEMO_LIMIT = 8192  # answers kept before the store starts again (bounded memory)
 
     def __init__(self, plan: Plan, set_flags: frozenset[str]):
-        self._affected: dict[frozenset, frozenset[str]] = {}
-        self._touched: dict[frozenset, dict[int, Rule]] = {}
+        self._cache = plan.cache
+        self._set_flags = set_flags
         self.readers: dict[str, set[str]] = {}
         for name, rules in (*plan.default_rules.items(), *plan.prefer_rules.items()):
             if name in set_flags:
@@ -48,8 +47,8 @@ class _Index:
     def affected(self, changed: Iterable[str]) -> frozenset[str]:
         """The changed flags and every unset flag whose value may follow from them."""
         key = frozenset(changed)
-        found = self._affected.get(key)
-        if found is None:
+
+        def make() -> frozenset[str]:
             reached = set(key)
             pending = list(reached)
             while pending:
@@ -57,22 +56,20 @@ class _Index:
                     if reader not in reached:
                         reached.add(reader)
                         pending.append(reader)
-            found = remember(self._affected, key, frozenset(reached), self.MEMO_LIMIT)
-        return found
+            return frozenset(reached)
+        return self._cache.lookup("reach_affected", (self._set_flags, key), make, self.MEMO_LIMIT)
 
     def touched(self, flags: Iterable[str]) -> dict[int, Rule]:
         """The hard and warn rules reading any of `flags`, by id (shared: callers only read it)."""
         key = frozenset(flags)
-        found = self._touched.get(key)
-        if found is None:
-            found = {id(rule): rule for name in key for rule in self.rules_reading.get(name, ())}
-            found = remember(self._touched, key, found, self.MEMO_LIMIT)
-        return found
+        return self._cache.lookup("reach_touched", (self._set_flags, key),
+                                  lambda: {id(rule): rule for name in key for rule in self.rules_reading.get(name, ())},
+                                  self.MEMO_LIMIT)
 
 
 def index_of(plan: Plan, set_flags: frozenset[str]) -> _Index:
     """The `_Index` of launches with these flags set, kept by the solver's cache layer."""
-    return plan.cache.lookup("nearby_index", set_flags, lambda: _Index(plan, set_flags), 64)
+    return plan.cache.lookup("reach_index", set_flags, lambda: _Index(plan, set_flags), 64)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +83,7 @@ class _Layout:
 
 
 def _layout_for(plan: Plan, set_flags: frozenset[str], relaxed: frozenset[str]) -> _Layout:
-    return plan.cache.lookup("nearby_layout", (set_flags, relaxed),
+    return plan.cache.lookup("reach_layout", (set_flags, relaxed),
                              lambda: _make_layout(plan, set_flags, relaxed), 256)
 
 
