@@ -15,7 +15,7 @@ system (default 40), and everything a command prints on `ACCORD_CACHE_COMMANDS` 
 system (default 8). `ACCORD_CACHE_SEED` draws a different set of launches (default: derandomized,
 the same every run), so long runs can be split. A long run:
 
-    ACCORD_CACHE_EXAMPLES=5000 ACCORD_CACHE_COMMANDS=0 pytest -q tests/test_solver_cache.py
+    ACCORD_CACHE_EXAMPLES=5000 ACCORD_CACHE_COMMANDS=0 pytest -q --timeout=0 tests/test_solver_cache.py
 """
 
 from __future__ import annotations
