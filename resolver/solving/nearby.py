@@ -22,94 +22,12 @@ is never wrong, only sometimes more cautious than needed.
 from __future__ import annotations
 
 import dataclasses
-import functools
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from accord.resolver.language.expr import UnknownFact
 from accord.resolver.language.ruleset import Rule
-from accord.resolver.solving.memo import remember
+from accord.resolver.solving.reach import index_of, layout_of
 from accord.resolver.solving.solve import Env, Plan, RelaxedValues, check, holds
-
-
-def _reads(rule: Rule) -> frozenset[str]:
-    """Every flag a rule's expressions read or ask `is_set`/`user_value` about."""
-    return frozenset().union(*(e.flags | e.set_checks for e in rule.expressions()))
-
-
-class _Index:
-    """Who reads whom, given which flags the user set: an unset flag's default and prefer rules make
-    it a reader of the flags they read; a set flag reads nothing (its value is the user's).
-
-    `affected` and `touched` answer from flag names alone, so their answers are kept (the index is
-    shared by every explanation of launches with these flags set, and one explanation asks about
-    the same few changes from several commands)."""
-
-    MEMO_LIMIT = 4096  # answers kept per index before the memo starts again (bounded memory)
-
-    def __init__(self, plan: Plan, set_flags: frozenset[str]):
-        self._affected: dict[frozenset, frozenset[str]] = {}
-        self._touched: dict[frozenset, dict[int, Rule]] = {}
-        self.readers: dict[str, set[str]] = {}
-        for name, rules in (*plan.default_rules.items(), *plan.prefer_rules.items()):
-            if name in set_flags:
-                continue
-            for rule in rules:
-                for read in _reads(rule):
-                    self.readers.setdefault(read, set()).add(name)
-        self.rules_reading: dict[str, list[Rule]] = {}
-        for rule in (*plan.hard_rules, *plan.warn_rules):
-            for read in _reads(rule):
-                self.rules_reading.setdefault(read, []).append(rule)
-
-    def affected(self, changed: Iterable[str]) -> frozenset[str]:
-        """The changed flags and every unset flag whose value may follow from them."""
-        key = frozenset(changed)
-        found = self._affected.get(key)
-        if found is None:
-            reached = set(key)
-            pending = list(reached)
-            while pending:
-                for reader in self.readers.get(pending.pop(), ()):
-                    if reader not in reached:
-                        reached.add(reader)
-                        pending.append(reader)
-            found = remember(self._affected, key, frozenset(reached), self.MEMO_LIMIT)
-        return found
-
-    def touched(self, flags: Iterable[str]) -> dict[int, Rule]:
-        """The hard and warn rules reading any of `flags`, by id (shared: callers only read it)."""
-        key = frozenset(flags)
-        found = self._touched.get(key)
-        if found is None:
-            found = {id(rule): rule for name in key for rule in self.rules_reading.get(name, ())}
-            found = remember(self._touched, key, found, self.MEMO_LIMIT)
-        return found
-
-
-@functools.lru_cache(maxsize=64)
-def _index(plan: Plan, set_flags: frozenset[str]) -> _Index:
-    return _Index(plan, set_flags)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Layout:
-    """The decision groups of the commands with these flags set, as `Plan.decision_groups` gives
-    them, with the ids of the rules in them (the decision-reading ones) and a key per group."""
-
-    groups: tuple
-    constrained: frozenset[int]
-    keys: frozenset
-
-
-@functools.lru_cache(maxsize=256)
-def _layout_of(plan: Plan, set_flags: frozenset[str], relaxed: frozenset[str]) -> _Layout:
-    groups = tuple(plan.decision_groups(RelaxedValues(dict.fromkeys(set_flags), relaxed)))
-    return _Layout(groups, frozenset(id(rule) for _, rules in groups for rule in rules),
-                   frozenset((names, tuple(map(id, rules))) for names, rules in groups))
-
-
-def _layout(plan: Plan, user: Mapping[str, Any]) -> _Layout:
-    return _layout_of(plan, frozenset(user), frozenset(getattr(user, "relaxed", ())))
 
 
 @dataclasses.dataclass
@@ -140,9 +58,9 @@ class Nearby:
         # Ids of the decision-free rules that hold whatever the values (`Plan.holds_anyway`): their
         # verdict is True without evaluating them.
         self._anyway = plan.holds_anyway(user, facts)[0]
-        self._index = _index(plan, frozenset(user))
+        self._index = index_of(plan, frozenset(user))
         self._verdicts: dict[int, Any] | None = None   # id(rule) -> every decision-free verdict
-        layout = _layout(plan, user)
+        layout = layout_of(plan, user)
         self._groups = layout.groups                    # decision groups: (decisions, rules)
         self._constrained = layout.constrained          # ids of the decision-reading rules
         self._group_keys = layout.keys
@@ -256,7 +174,7 @@ class Nearby:
         flags, touched = self._reached(changed)
         if any(rid not in touched for rid in self._broken):
             return None  # a broken rule reads nothing the change reaches
-        layout = _layout(plan, values)
+        layout = layout_of(plan, values)
         # The rules that rejected earlier neighbours are the likeliest to reject this one: they are
         # tried first, in a bare Env (most neighbours stop here, and need no solver memo).
         quick = Env(plan, values, self.facts, {})

@@ -1,0 +1,236 @@
+"""The solving algorithm, as a reference: how decisions are ordered, grouped and taken.
+
+Read `Plan.solve` (resolver/solving/solve.py) first; it calls, in order:
+
+1. `build_structure`: given only which flags the user set, which decisions each hard rule depends
+   on, the rules that read no decision (checked once), and per independent group of decisions the
+   `Step`s: each decision, the decisions after it, the rules still open after it and the rules it
+   closes (the rules whose last decision it is). No value enters it.
+2. `without_rules`: the structure less the rules known to hold whatever the values.
+3. `decide`: the rules reading no decision are checked once; then each decision, group by group and
+   in order, takes its most preferred candidate that keeps the rules it closes holding and leaves
+   the later decisions a way to satisfy the rules still open (`feasible`).
+
+Everything here computes from its arguments; nothing is kept between calls (the answers worth
+keeping are kept by resolver/solving/cache.py, through `Plan`).
+"""
+
+from __future__ import annotations
+
+import graphlib
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
+
+from accord.resolver.language.expr import UnknownFact
+from accord.resolver.language.ruleset import Rule
+from accord.resolver.solving.constants import Constants, constant
+from accord.resolver.solving.env import Assignment, Env, Shared, check, holds
+
+if TYPE_CHECKING:
+    from accord.resolver.solving.solve import Plan
+
+
+class Step(NamedTuple):
+    """One decision of a group, in the order the group decides them."""
+
+    decision: str
+    later: list[str]                             # the group's decisions after this one
+    open_rules: list[tuple[Rule, frozenset]]     # rules still open after it, with their decisions
+    closes: tuple[Rule, ...] | list[Rule]        # rules whose last decision this is
+
+
+class Structure(NamedTuple):
+    """How to decide, given which flags are set and which rules count (no values involved)."""
+
+    fixed: list[Rule]              # rules reading no decision, checked once per launch
+    with_decisions: list[Rule]     # rules reading decisions
+    groups: list[list[Step]]       # independent groups of decisions, each its steps in order
+
+
+class Decided(NamedTuple):
+    """What `decide` found: the decisions, whether every rule held, the rules that could not be
+    checked for lack of a fact (with its key), and the rules that read decisions."""
+
+    decisions: Assignment
+    satisfiable: bool
+    unknown: list[tuple[Rule, str]]
+    with_decisions: list[Rule]
+
+
+def build_structure(plan: "Plan", user: Mapping[str, Any], rules: list[Rule], depends: dict[str, frozenset],
+                    by_rule: dict[int, frozenset], probe: Constants) -> Structure:
+    """The `Structure` of launches with these flags set; `depends` and `by_rule` are the working
+    memos of `Plan.depends` for these set flags, `probe` what is constant for them."""
+    rule_vars = []
+    for rule in rules:
+        deps = by_rule.get(id(rule))
+        if deps is None:
+            deps = by_rule[id(rule)] = plan.depends(rule.constrained_flags, user, depends)
+        rule_vars.append((rule, deps))
+    # A rule that reads no decision is checked once per launch, unless it holds whatever the
+    # launch's values and facts are (it reads only flags at their catalog default, say).
+    fixed = [rule for rule, deps in rule_vars if not deps and constant(check, rule, probe) is not True]
+    constrained = [(rule, deps) for rule, deps in rule_vars if deps]
+    variables = sorted(set().union(*(d for _, d in constrained)), key=plan.order.__getitem__)
+    # Eligibility of a decision (its prefer `when`s) may read other decisions: include those.
+    extra = {v: plan.depends(plan.prefer_reads(v), user, depends) - {v} for v in variables}
+    pending = list(variables)
+    while pending:
+        var = pending.pop()
+        for dep in extra.get(var) or ():
+            if dep not in extra:
+                extra[dep] = plan.depends(plan.prefer_reads(dep), user, depends) - {dep}
+                variables.append(dep)
+                pending.append(dep)
+    groups = []
+    for component in components(variables, constrained, extra):
+        order = decision_order(plan, component, extra)
+        position = {var: i for i, var in enumerate(order)}
+        # A rule is checked directly at the step that decides its last decision ("closes" it);
+        # before that it constrains the look-ahead of the still undecided ones.
+        closes_at: dict[int, list[Rule]] = {}
+        open_until: list[tuple[Rule, frozenset, int]] = []
+        for rule, deps in constrained:
+            if deps & component:
+                last = max(position[d] for d in deps)
+                closes_at.setdefault(last, []).append(rule)
+                open_until.append((rule, deps, last))
+        groups.append([Step(var, order[i + 1:], [(rule, deps) for rule, deps, last in open_until if last > i],
+                            closes_at.get(i, ())) for i, var in enumerate(order)])
+    return Structure(fixed, [rule for rule, _ in constrained], groups)
+
+
+def without_rules(structure: Structure, dropped: set[int]) -> Structure:
+    """`structure` less the rules whose ids are in `dropped` (they hold whatever the values)."""
+    return Structure([rule for rule in structure.fixed if id(rule) not in dropped],
+                     [rule for rule in structure.with_decisions if id(rule) not in dropped],
+                     [[Step(step.decision, step.later,
+                            [(rule, deps) for rule, deps in step.open_rules if id(rule) not in dropped],
+                            [rule for rule in step.closes if id(rule) not in dropped])
+                       for step in steps] for steps in structure.groups])
+
+
+def decide(plan: "Plan", user: Mapping[str, Any], facts: Mapping[str, Any], structure: Structure,
+           shared: Shared) -> Decided:
+    """Choose every decision that some hard rule depends on (see the module docstring)."""
+    base = Env(plan, user, facts, {}, shared)
+    verdicts = shared.verdicts
+    unknown: list[tuple[Rule, str]] = []
+    for rule in structure.fixed:
+        verdict = verdicts.get(id(rule))
+        if verdict is None:
+            try:
+                verdict = check(rule, base)
+            except UnknownFact as missing:
+                verdict = missing.key
+            verdicts[id(rule)] = verdict
+        if verdict is False:
+            return Decided({}, False, unknown, [])
+        if verdict is not True:
+            unknown.append((rule, verdict))
+    decided: Assignment = {}
+    for steps in structure.groups:
+        witness: Assignment | None = None
+        for var, later, open_rules, closes in steps:
+            for value, _rid in plan.candidates(var, Env(plan, user, facts, decided, shared)):
+                decided[var] = value
+                if witness is not None and same(witness[var], value):
+                    # The completion the last step verified starts with this value: every rule
+                    # still open (those it closes and those ahead) held on it already.
+                    break
+                env = Env(plan, user, facts, decided, shared)
+                if not all(holds(rule, env) for rule in closes):
+                    continue
+                ok, witness = feasible(plan, later, open_rules, user, facts, decided, shared)
+                if ok:
+                    break
+            else:
+                decided.pop(var, None)
+                return Decided(decided, False, unknown, structure.with_decisions)
+    return Decided(decided, True, unknown, structure.with_decisions)
+
+
+def feasible(plan: "Plan", undecided: list[str], rules: list[tuple[Rule, frozenset]], user: Mapping[str, Any],
+             facts: Mapping[str, Any], decided: Assignment, shared: Shared) -> tuple[bool, Assignment | None]:
+    """Can the undecided decisions still be chosen so that every rule (all still open) holds?
+
+    Also returns the witness when it is the most preferred completion (None otherwise): the next
+    decision takes its first value from it, and is then known to be feasible without a check.
+    """
+    if not rules:
+        return True, None  # every decision has at least one eligible candidate
+    # Fast path: the most preferred completion is usually legal, and is then its own witness.
+    trial = dict(decided)
+    for var in undecided:
+        trial[var] = plan.candidates(var, Env(plan, user, facts, trial, shared))[0][0]
+    witness = Env(plan, user, facts, trial, shared)
+    if all(holds(rule, witness) for rule, _ in rules):
+        return True, trial
+    from constraint import Problem  # only a search needs it; most solves never get here
+
+    pending = set(undecided)
+    problem = Problem()
+    for var in undecided:
+        problem.addVariable(var, plan.domain(var))
+    fixed = dict(decided)
+
+    def make(rule: Rule, names: list[str]):
+        def constraint(*vals):
+            return holds(rule, Env(plan, user, facts, {**fixed, **dict(zip(names, vals))}, shared))
+        return constraint
+
+    for rule, deps in rules:
+        names = sorted(deps & pending, key=plan.order.__getitem__)
+        problem.addConstraint(make(rule, names), names)
+    for var in undecided:
+        reads = sorted((plan.depends(plan.prefer_reads(var), user, shared.depends) - {var}) & pending,
+                       key=plan.order.__getitem__)
+        names = [var] + reads
+
+        def eligible(*vals, _var=var, _names=names):
+            env = Env(plan, user, facts, {**fixed, **dict(zip(_names, vals))}, shared)
+            return any(vals[0] == value for value, _ in plan.candidates(_var, env))
+        problem.addConstraint(eligible, names)
+    return problem.getSolution() is not None, None
+
+
+def decision_order(plan: "Plan", component: set[str], extra: dict[str, frozenset]) -> list[str]:
+    """Decisions whose eligibility others read come first; catalog order breaks ties."""
+    sorter = graphlib.TopologicalSorter({v: set(extra.get(v, ())) & component for v in component})
+    sorter.prepare()
+    order: list[str] = []
+    while sorter.is_active():
+        ready = sorted(sorter.get_ready(), key=plan.order.__getitem__)
+        order.extend(ready)
+        sorter.done(*ready)
+    return order
+
+
+def components(variables: list[str], constrained: list[tuple[Rule, frozenset]],
+               extra: dict[str, frozenset]) -> list[set[str]]:
+    """Split decisions into independent groups (no rule or eligibility links them)."""
+    parent = {v: v for v in variables}
+
+    def find(v):
+        while parent[v] != v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+
+    def union(group):
+        group = [g for g in group if g in parent]
+        for other in group[1:]:
+            parent[find(other)] = find(group[0])
+
+    for _, deps in constrained:
+        union(sorted(deps))
+    for var, deps in extra.items():
+        union([var, *sorted(deps)])
+    groups: dict[str, set[str]] = {}
+    for v in variables:
+        groups.setdefault(find(v), set()).add(v)
+    return [groups[k] for k in sorted(groups, key=variables.index)]
+
+
+def same(a: Any, b: Any) -> bool:
+    """The same value for the solver (True and 1 are equal in Python, not here)."""
+    return type(a) is type(b) and a == b
