@@ -136,7 +136,7 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         self.log = log.open("w")
-        argv = [sys.executable, "-m", "accord.resolver.commands.cli", "serve", "--model-path", str(folder),
+        argv = [sys.executable, "-m", "accord.resolver.cli", "serve", "--model-path", str(folder),
                 "--load-format", "dummy", "--port", str(self.port), "--random-seed", "0", *extra]
         print("  $ accord " + " ".join(argv[3:]))
         self.proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT)

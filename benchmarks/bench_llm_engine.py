@@ -40,7 +40,7 @@ def accord(*args: str, threads: int = 0, **popen) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
-    return subprocess.Popen([sys.executable, "-m", "accord.resolver.commands.cli", *args], cwd=REPO, env=env, **popen)
+    return subprocess.Popen([sys.executable, "-m", "accord.resolver.cli", *args], cwd=REPO, env=env, **popen)
 
 
 def cold_resolve_seconds(flags: list[str]) -> float:

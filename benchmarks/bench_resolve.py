@@ -12,8 +12,8 @@ rules and derived values that are constant given which flags are set, and the ru
 whatever the values given also which facts exist), stays, as it does for every later launch of a
 session that sets the same flags on the same kind of machine; so do the JSON pieces of the config
 hash (one per flag and value already written, mostly catalog defaults: see resolver/frozen.py).
-Cold processes run as an installed `accord` does (`python -m accord.resolver.commands.cli`: the program itself,
-so without the cyclic garbage collector, see resolver/commands/cli.py): with Python's bytecode cache (written
+Cold processes run as an installed `accord` does (`python -m accord.resolver.cli`: the program itself,
+so without the cyclic garbage collector, see resolver/cli.py): with Python's bytecode cache (written
 to a temporary PYTHONPYCACHEPREFIX, never into the checkout, even when PYTHONDONTWRITEBYTECODE is
 set) and with the plan cache in a temporary ACCORD_CACHE_DIR, warmed by one run; the same command
 with the plan cache switched off is printed for comparison.
@@ -92,7 +92,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="accord-bench-") as tmp:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env.update(PYTHONPYCACHEPREFIX=os.path.join(tmp, "pyc"), ACCORD_CACHE_DIR=os.path.join(tmp, "accord"))
-        command = [sys.executable, "-m", "accord.resolver.commands.cli", "resolve", "--facts", "h100", "--json", *TYPICAL]
+        command = [sys.executable, "-m", "accord.resolver.cli", "resolve", "--facts", "h100", "--json", *TYPICAL]
         python_ms, python_cpu = cold([sys.executable, "-c", "pass"], env)
         cli_ms, cli_cpu = cold(command, env)
         uncached_ms, uncached_cpu = cold(command, {**env, "ACCORD_CACHE_DIR": ""})

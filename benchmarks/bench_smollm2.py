@@ -190,7 +190,7 @@ class AccordServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(log_dir / "serve.log", "w+")
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
-        argv = [sys.executable, "-m", "accord.resolver.commands.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+        argv = [sys.executable, "-m", "accord.resolver.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
                 "--dtype", "float32", "--random-seed", "0"]
         start = time.perf_counter()
         self.proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT,

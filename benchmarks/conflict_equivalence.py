@@ -84,7 +84,7 @@ def _run(main, argv: list[str]) -> list:
 def worker(commands_path: str, out_path: str) -> None:
     """Run every command with this process's checkout (PYTHONPATH) and write the outputs."""
     try:
-        from accord.resolver.commands.cli import main
+        from accord.resolver.cli import main
     except ImportError:  # a checkout from before the `accord` namespace
         from resolver.cli import main
 

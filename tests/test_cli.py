@@ -1,6 +1,6 @@
 """The `accord` command line end to end: exit codes 0/2/3, one-paragraph errors, the JSON contract.
 
-Most cases run `accord.resolver.commands.cli.main` in-process on the toy rules (stable rule ids, fast); a few run
+Most cases run `accord.resolver.cli.main` in-process on the toy rules (stable rule ids, fast); a few run
 on the real rule set (only properties that hold whatever its rules say) and two as real processes.
 """
 
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from accord.resolver.commands.cli import main
+from accord.resolver.cli import main
 from tests.toy import B200, CPU, H100, toy_plan
 
 TOY_FACTS = {"h100": H100, "b200": B200, "cpu": CPU}
@@ -154,7 +154,7 @@ def test_conflict_json_matches_the_contract(toy, capsys):
 # -- the real rule set, as real processes -----------------------------------------------------------
 
 def accord(*argv):
-    return subprocess.run([sys.executable, "-m", "accord.resolver.commands.cli", *argv], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "accord.resolver.cli", *argv], capture_output=True, text=True, timeout=120)
 
 
 def test_real_rules_resolve_and_conflict_as_processes():
@@ -180,7 +180,7 @@ def test_real_matrix_is_the_same_in_every_process():
             "attention_backend=fa3,triton,aiter", "--values", "kv_cache_dtype=auto,fp8_e4m3", "--format", "json"]
     outputs = []
     for seed in ("1", "2"):
-        done = subprocess.run([sys.executable, "-m", "accord.resolver.commands.cli", *argv], capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-m", "accord.resolver.cli", *argv], capture_output=True, text=True,
                               timeout=120, env={**os.environ, "PYTHONHASHSEED": seed})
         assert done.returncode == 0, done.stderr
         outputs.append(done.stdout)

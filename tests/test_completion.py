@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from accord.resolver.commands import cli
+from accord.resolver import cli
 from accord.resolver.commands.completion import script
 from accord.resolver.language.catalog import load_catalog
 

@@ -12,7 +12,7 @@ import yaml
 
 from accord.resolver import api
 from accord.resolver.api import ConflictError
-from accord.resolver.commands.cli import main
+from accord.resolver.cli import main
 from accord.resolver.errors import UsageError
 from accord.resolver.exploring.dryrun import Pinning, backend_like, dry_run, mentioned_values, render, values_of
 from accord.resolver.facts.machine import load_facts

@@ -252,7 +252,7 @@ def test_a_taken_port_under_strict_ports_fails_before_anything_starts():
 
 def test_breakable_graph_on_a_model_outside_the_allow_list_gets_the_resolver_conflict_and_starts_nothing():
     port = free_port()
-    command = [sys.executable, "-m", "accord.resolver.commands.cli", "serve", "--system", "diffusion",
+    command = [sys.executable, "-m", "accord.resolver.cli", "serve", "--system", "diffusion",
                "--enable-breakable-cuda-graph", "--warmup-resolutions", "64x64", "--port", str(port)]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True)

@@ -154,7 +154,7 @@ def test_tp_must_divide_smollm2s_nine_heads(tp, code):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "accord.resolver.commands.cli", "resolve", "--facts", "probe",
+    done = subprocess.run([sys.executable, "-m", "accord.resolver.cli", "resolve", "--facts", "probe",
                            "--model-path", str(GGUF), "--tp-size", str(tp)], capture_output=True, text=True)
     assert done.returncode == code, done.stdout + done.stderr
     if code:

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from accord.resolver.commands.cli import main as accord
+from accord.resolver.cli import main as accord
 from accord.resolver.facts.machine import list_presets
 from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.language.catalog import load_catalog
@@ -131,7 +131,7 @@ def test_the_llm_engine_starts_from_the_cpu_presets_serve_config(tmp_path):
     port = free_port()
     log = open(tmp_path / "serve.log", "w+")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "accord.resolver.commands.cli", "serve", "--facts", "cpu", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "accord.resolver.cli", "serve", "--facts", "cpu", "--port", str(port),
                              "--max-total-tokens", "2048"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 180

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import accord.resolver.facts.model as model_facts_module
-from accord.resolver.commands import cli
+from accord.resolver import cli
 from accord.resolver.errors import UsageError
 from accord.resolver.facts import machine as facts
 from accord.resolver.facts.machine import fact_spec, list_presets, load_facts, load_preset, parse_fact, probe
@@ -373,7 +373,7 @@ def test_accord_probe_reads_a_diffusion_model_folder(tmp_path, capsys):
     (["--fact", "gpu.sm=9.0"], "written 90"),
 ])
 def test_accord_probe_bad_input_is_one_paragraph_exit_2(argv, expected):
-    done = subprocess.run([sys.executable, "-m", "accord.resolver.commands.cli", "probe", *argv], cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "accord.resolver.cli", "probe", *argv], cwd=REPO,
                           capture_output=True, text=True)
     assert done.returncode == 2 and done.stdout == ""
     assert expected in done.stderr and "Traceback" not in done.stderr

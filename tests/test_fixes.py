@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from accord.resolver import api
-from accord.resolver.commands.cli import main
+from accord.resolver.cli import main
 from accord.resolver.explaining.diagnose import combined_fix, find_conflicts
 from accord.resolver.explaining.fixes import Fix, combine
 from accord.resolver.language.catalog import load_catalog

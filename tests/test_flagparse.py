@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from accord.resolver.commandline.flagparse import detect_system, parse_flags
-from accord.resolver.commands import cli
+from accord.resolver import cli
 from accord.resolver.errors import UsageError
 from accord.resolver.language.catalog import SYSTEMS, Flag, load_catalog
 

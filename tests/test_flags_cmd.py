@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from accord.resolver.commands import cli
+from accord.resolver import cli
 from accord.resolver.commands.flags import entries, main
 from accord.resolver.language.catalog import SYSTEMS, load_catalog
 from tests.test_catalog import ENGINE_ONLY_FLAGS

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from accord.resolver.commands.cli import main
+from accord.resolver.cli import main
 from accord.resolver.errors import UsageError
 from accord.resolver.language.ruleset import _rule_from_yaml
 

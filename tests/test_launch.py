@@ -20,14 +20,14 @@ import pytest
 import yaml
 
 from accord.resolver.commandline.emit import load_spec
-from accord.resolver.commands.cli import main as cli_main
+from accord.resolver.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN = str(ROOT / "tests" / "differential" / "fixtures" / "models" / "Qwen" / "Qwen3-8B")
 
 
 def accord(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "accord.resolver.commands.cli", *argv], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "accord.resolver.cli", *argv], capture_output=True,
                           text=True, timeout=120, env={**os.environ, **(env or {})})
 
 

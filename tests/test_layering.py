@@ -26,7 +26,7 @@ import networkx as nx
 
 REPO = Path(__file__).resolve().parents[1]
 FOLDERS = ("resolver", "rules", "engine", "kernels")
-COMMAND_LAYER = ("accord.resolver.commands", "accord.resolver.configurator")
+COMMAND_LAYER = ("accord.resolver.cli", "accord.resolver.commands", "accord.resolver.configurator")
 ENGINE_CONTRACT = ("accord.resolver.frozen", "accord.resolver.errors")
 ENGINE_STARTERS = ("accord.resolver.commands.serve",)
 

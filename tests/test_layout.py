@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from accord.resolver.commands import cli
+from accord.resolver import cli
 from accord.resolver.explaining import layout
 from accord.resolver.explaining.proof import wants_color
 from accord.resolver.language.catalog import RULES_DIR

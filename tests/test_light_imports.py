@@ -8,7 +8,7 @@ import pytest
 HEAVY = ("torch", "triton", "numpy", "zmq")
 
 
-@pytest.mark.parametrize("module", ["accord.resolver.commands.cli", "accord.resolver.api", "accord.resolver.commands.resolve",
+@pytest.mark.parametrize("module", ["accord.resolver.cli", "accord.resolver.api", "accord.resolver.commands.resolve",
                                     "accord.resolver.commands.rules", "accord.resolver.commands.why",
                                     "accord.resolver.commands.launch", "accord.resolver.commandline.emit",
                                     "accord.resolver.commands.tune", "accord.resolver.exploring.tune",
@@ -21,7 +21,7 @@ def test_resolver_modules_do_not_import_engine_dependencies(module):
 
 
 def test_a_full_resolve_does_not_import_engine_dependencies():
-    code = ("import sys; from accord.resolver.commands.cli import main; "
+    code = ("import sys; from accord.resolver.cli import main; "
             "rc = main(['resolve', '--facts', 'h100', '--json', '--tp', '8']); "
             f"sys.stderr.write(','.join(m for m in {HEAVY!r} if m in sys.modules)); sys.exit(rc)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -30,7 +30,7 @@ def test_a_full_resolve_does_not_import_engine_dependencies():
 
 
 def test_a_launch_dry_run_does_not_import_engine_dependencies():
-    code = ("import sys; from accord.resolver.commands.cli import main; "
+    code = ("import sys; from accord.resolver.cli import main; "
             "rc = main(['launch', '--facts', 'h100', '--dry-run', '--json', '--tp', '8']); "
             f"sys.stderr.write(','.join(m for m in {HEAVY!r} if m in sys.modules)); sys.exit(rc)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

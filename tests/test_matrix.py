@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from accord.resolver import api
-from accord.resolver.commands.cli import main
+from accord.resolver.cli import main
 from accord.resolver.exploring.matrix import Axis, generate, render, workflow
 from accord.resolver.exploring.testing import matrix_params
 from accord.resolver.language.catalog import load_catalog

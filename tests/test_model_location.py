@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from accord.resolver.commands.cli import main as accord
+from accord.resolver.cli import main as accord
 from accord.resolver.errors import UsageError
 from accord.resolver.language.catalog import RULES_DIR
 from accord.rules.models.location import default_llm, gguf_file, local_path, served_model_path

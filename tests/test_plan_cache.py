@@ -92,7 +92,7 @@ def test_an_expression_from_the_cache_still_has_its_validated_tree(cache):
 
 def _cli(args: list[str], cache_dir: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "ACCORD_CACHE_DIR": cache_dir, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "accord.resolver.commands.cli", *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "accord.resolver.cli", *args], env=env, capture_output=True,
                           cwd=ROOT, timeout=300)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from accord.resolver import api
-from accord.resolver.commands.cli import main
+from accord.resolver.cli import main
 from accord.resolver.explaining.diagnose import find_conflicts
 from accord.resolver.exploring import dryrun, matrix
 from accord.resolver.facts.machine import load_facts

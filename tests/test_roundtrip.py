@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accord.resolver import api
-from accord.resolver.commands import cli
+from accord.resolver import cli
 from accord.resolver.commands.resolve import resolve_command
 from accord.resolver.language.catalog import RULES_DIR, load_catalog
 from tests.test_properties import _relevant_flags

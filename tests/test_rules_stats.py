@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from accord.resolver.commands.cli import main
+from accord.resolver.cli import main
 from accord.resolver.commands.rules import coverage
 
 SEED_RULES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "seed_rules.md"

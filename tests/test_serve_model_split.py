@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from accord.resolver.commands.cli import main as accord
+from accord.resolver.cli import main as accord
 from accord.resolver.errors import UsageError
 from accord.rules.models.location import default_llm
 

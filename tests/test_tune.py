@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from accord.resolver.commands.cli import main
+from accord.resolver.cli import main
 from accord.resolver.exploring.costmodel import Workload
 from accord.resolver.exploring.measure import spearman
 from accord.resolver.exploring.tune import Search, _key, predict_launch

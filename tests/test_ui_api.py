@@ -25,7 +25,7 @@ MODEL = str(BUILTIN_MODELS["llm"])
 
 def cli(*argv: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
-    return subprocess.run([sys.executable, "-m", "accord.resolver.commands.cli", *argv], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "accord.resolver.cli", *argv], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=120)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 
-from accord.resolver.commands.cli import COMMANDS
+from accord.resolver.cli import COMMANDS
 from accord.resolver.errors import UsageError
 from accord.resolver.exploring.matrix import STRATEGIES
 from accord.resolver.facts.machine import list_presets

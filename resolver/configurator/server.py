@@ -59,7 +59,7 @@ class BadRequest(Exception):
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of `accord ARGV`, run in this process by the CLI's own main."""
-    from accord.resolver.commands.cli import main
+    from accord.resolver.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with _CLI_LOCK, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -51,7 +51,7 @@ class ServedCandidate:
         # One thread per rank unless the caller says otherwise: ranks sharing a few cores with
         # torch's default thread count oversubscribe them (TPOT 300 ms instead of 15 here).
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        command = [sys.executable, "-m", "accord.resolver.commands.cli", "serve", *facts_args, *argv,
+        command = [sys.executable, "-m", "accord.resolver.cli", "serve", *facts_args, *argv,
                    "--port", str(self.port)]
         self.command = command
         self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env,

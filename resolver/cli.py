@@ -39,7 +39,7 @@ USAGE = "usage: accord {" + ",".join(COMMANDS) + "} [options]\n\n" + "\n".join(
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command. Without `argv` this is the program itself (the `accord` script or
-    `python -m accord.resolver.commands.cli`), which exits when it returns; a caller passing
+    `python -m accord.resolver.cli`), which exits when it returns; a caller passing
     `argv` keeps its process as it was."""
     as_program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
