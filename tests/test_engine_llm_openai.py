@@ -299,8 +299,10 @@ def test_n_choices_with_a_seed_are_distinct_and_reproducible(client):
 def test_a_large_body_does_not_hold_up_health(server, http):
     """A 5 MB prompt is parsed, tokenized and checked off the event loop: /health keeps answering
     while it is (then the prompt is refused for the context length). Relative to the machine's
-    speed: no /health waits anywhere near as long as the large request takes, as each would if
-    the event loop were busy with the body."""
+    speed: no /health waits anywhere near as long as the large request takes. With the body
+    parsed on the event loop, a probe waits for nearly all of it (on loopback the upload is a few
+    milliseconds and the server's work is the rest); the bound leaves room for the short stretches
+    the loop does spend on the request (reading its chunks, writing the answer)."""
     import concurrent.futures
     import time
 
@@ -316,7 +318,7 @@ def test_a_large_body_does_not_hold_up_health(server, http):
         response = big.result()
         took = time.monotonic() - began
     assert response.status_code == 400 and "context length" in response.json()["error"]["message"]
-    assert max(waits) < took / 2, f"a /health waited {max(waits):.2f} s of the {took:.2f} s the body took"
+    assert max(waits) < 0.75 * took, f"a /health waited {max(waits):.2f} s of the {took:.2f} s the body took"
 
 
 def follows_schema(value) -> bool:
