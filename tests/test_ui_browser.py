@@ -97,7 +97,9 @@ def test_conflict_shows_its_proof_and_a_fix_click_updates_the_command(browser, u
     _wait_for(browser, lambda d: "kv.fp4.sm" in proof.text, "the proof names the rule")
     assert "--kv-cache-dtype nvfp4" in proof.text and "gpu.sm=90" in proof.text
     fixes = {b.text: b for b in browser.find_elements("css selector", "#fixes button.fix")}
-    assert "--kv-cache-dtype auto" in fixes and "drop --kv-cache-dtype" in fixes
+    assert "--kv-cache-dtype auto" in fixes, "the operator's fix (the model's own KV dtype) is offered"
+    assert all("kv-cache-dtype" in text and "nvfp4" not in text for text in fixes), \
+        "every fix changes only the conflicting flag, away from nvfp4"
     assert "--kv-cache-dtype nvfp4" in browser.find_element("id", "command-text").text
     SCREENSHOT.parent.mkdir(exist_ok=True)
     browser.save_screenshot(str(SCREENSHOT))
