@@ -122,7 +122,7 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
     seen: set[str] = set()
     candidates: list[Fix] = []
     for fix in _proposals(plan, user, facts, flags, rules):
-        key = fix.key()
+        key = _command_key(plan, fix)
         if fix.size() == 0 or key in seen or not fix_allowed(plan, fix.changes, fix.drops, user):
             continue
         seen.add(key)
@@ -170,6 +170,21 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
             break
     ranked = [fix for _, fix in rank(scored, lambda item: item[0])]
     return pick(ranked, lambda fix: _size_flag(plan, fix), MAX_FIXES, PER_FLAG)
+
+
+def _command_key(plan: Plan, fix: Fix) -> str:
+    """What the fix does to the command line: setting a switch to its default off value writes the
+    same command as dropping it, so the two are one candidate (the first proposed: the rule's own)."""
+    drops = set(fix.drops)
+    changes = []
+    for name, value in fix.changes:
+        flag = plan.catalog[name]
+        unwritable = flag.type == "bool" and not flag.value_optional and not flag.negated
+        if value == flag.default and (value is None or (unwritable and not value)):
+            drops.add(name)
+        else:
+            changes.append((name, value))
+    return Fix(tuple(changes), tuple(sorted(drops))).key()
 
 
 def _value(env: Env, name: str) -> Any:
