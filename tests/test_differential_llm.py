@@ -70,7 +70,7 @@ def test_the_untuned_issue30_batch_meets_the_agreement_targets(table):
     `accord resolve --strict` answers it (known-bad combinations refused, among them the launch
     0.5.23 crashes on while resolving): every compared field agrees, relaxed changes included, in at
     least 97% of the commands, and accept/reject in at least 99% when a refusal whose --relax gives
-    upstream's exact configuration counts as accepted (measured: 318 and 319 of 320; print with
+    upstream's exact configuration counts as accepted (measured: 319 and 320 of 320; print with
     `python -m tests.differential.score tests/differential/fixtures/llm_oracle_r3107.json --measures --strict`).
     Every remaining difference is in the disagreement table with its reason."""
     from tests.differential.score import two_measures
