@@ -30,7 +30,7 @@ KNOWN = {
     "exploring/testing.py": {"attention_backend", "fa3", "kv_cache_dtype"},
     "facts/machine.py": {"flashinfer", "mnnvl", "page_size"},
     "facts/model.py": {"dsa"},
-    "language/expr.py": {"chunked_prefill_size", "dp_size", "enable_dp_attention", "ep_size", "fa3", "tp_size"},
+    "language/expr.py": {"chunked_prefill_size", "dp_size", "enable_dp_attention", "fa3", "tp_size"},
     "language/lint.py": {"attention_backend"},
 }
 
