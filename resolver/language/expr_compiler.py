@@ -4,9 +4,9 @@ The parsed tree is walked once. Each node type the language allows has a method 
 validates it and rewrites it into the generated function's body; a node without one is refused, so
 the language is exactly the methods of `Compiler`. On the way the compiler records what the
 expression reads (flags, facts, `is_set` checks, derived values, `meta(flag).prop` reads), which the
-solver uses to order and check rules. It is separate from `expr_runtime` because compiling is needed
-only once per rule text (a cold start with the plan cache never loads the compiler's work again),
-while the runtime helpers are what every evaluation calls.
+solver uses to order and check rules. It is separate from `expr_runtime` because a rule is compiled
+once, when its text is read (or never, when the plan cache holds its code), while the runtime helpers
+are what every evaluation calls.
 """
 
 from __future__ import annotations
