@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1] / "resolver"
 GENERIC = {"file", "none", "auto", "torch", "triton", "kernel", "compressed", "diffusers", "model_path",
            "model_id"}
 KNOWN = {
-    "commandline/flagparse.py": {"tp_size"},
+    "commandline/configflags.py": {"tp_size"},
     "commands/why.py": {"attention_backend", "chunked_prefill_size", "tp_size"},
     "exploring/matrix.py": {"aiter", "attention_backend", "kv_cache_dtype", "tp_size"},
     "exploring/testing.py": {"attention_backend", "fa3", "kv_cache_dtype"},
