@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from accord.resolver.errors import EXIT_CONFLICT, AccordError, UsageError
 from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.language.catalog import load_catalog
-from accord.resolver.language.expr import UnknownFact
+from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruleset import load_rules
 from accord.resolver.language.ruleset import strict as strict_rules
 from accord.resolver.solving.solve import Env, Plan

@@ -24,13 +24,13 @@ ROOT = Path(__file__).resolve().parents[1] / "resolver"
 GENERIC = {"file", "none", "auto", "torch", "triton", "kernel", "compressed", "diffusers", "model_path",
            "model_id"}
 KNOWN = {
-    "commandline/flagparse.py": {"tp_size"},
+    "commandline/configflags.py": {"tp_size"},
     "commands/why.py": {"attention_backend", "chunked_prefill_size", "tp_size"},
     "exploring/matrix.py": {"aiter", "attention_backend", "kv_cache_dtype", "tp_size"},
     "exploring/testing.py": {"attention_backend", "fa3", "kv_cache_dtype"},
     "facts/machine.py": {"flashinfer", "mnnvl", "page_size"},
     "facts/model.py": {"dsa"},
-    "language/expr.py": {"chunked_prefill_size", "dp_size", "enable_dp_attention", "ep_size", "fa3", "tp_size"},
+    "language/expr.py": {"chunked_prefill_size", "dp_size", "enable_dp_attention", "fa3", "tp_size"},
     "language/lint.py": {"attention_backend"},
 }
 

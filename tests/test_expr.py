@@ -2,7 +2,9 @@
 
 import pytest
 
-from accord.resolver.language.expr import ExpressionError, UnknownFact, parse, version
+from accord.resolver.language.expr import parse
+from accord.resolver.language.expr_compiler import ExpressionError
+from accord.resolver.language.expr_runtime import UnknownFact, version
 
 
 class Env:

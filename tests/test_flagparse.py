@@ -371,7 +371,7 @@ UPSTREAM_PREFIXES = json.loads((Path(__file__).parent / "differential" / "fixtur
 
 def _accord_reading(word: str):
     """('reads_as', flag) | ('ambiguous', None) | ('pointer', text) | ('exact', None) for one word."""
-    from accord.resolver.commandline.flagparse import expand_prefixes
+    from accord.resolver.commandline.flagspellings import expand_prefixes
     from accord.resolver.language.catalog import load_catalog
 
     try:

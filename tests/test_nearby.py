@@ -16,7 +16,7 @@ from accord.resolver.explaining.diagnose import find_conflicts
 from accord.resolver.explaining.explain import minimal_rules
 from accord.resolver.explaining.fixes import MAX_FIXES, PER_FLAG, _proposals, _size_flag, find_fixes
 from accord.resolver.facts.machine import load_facts
-from accord.resolver.language.expr import UnknownFact
+from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.solving.nearby import Nearby, nearby_for
 from accord.resolver.solving.preference import (
     FixFacts,

@@ -17,7 +17,7 @@ from accord.resolver.explaining.conflict_report import flag_argv
 from accord.resolver.explaining.diagnose import find_conflicts
 from accord.resolver.facts.machine import list_presets, load_preset
 from accord.resolver.language.catalog import SYSTEMS
-from accord.resolver.language.expr import UnknownFact
+from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.solving.solve import Env, check
 from tests.checks import assert_conflict_is_minimal
 

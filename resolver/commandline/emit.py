@@ -33,7 +33,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from accord.resolver.errors import UsageError
 from accord.resolver.frozen import ResolvedConfig, thaw
 from accord.resolver.language.catalog import RULES_DIR, load_catalog
-from accord.resolver.language.expr import UnknownFact, parse
+from accord.resolver.language.expr import parse
+from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruleset import UPSTREAM_LAUNCH_FILE as LAUNCH_FILE
 from accord.resolver.language.ruleset import UPSTREAM_PARSER_FILE as PARSER_FILE
 from accord.resolver.language.yamlcache import read_yaml_files

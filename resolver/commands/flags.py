@@ -11,7 +11,7 @@ import argparse
 import json
 from typing import Any
 
-from accord.resolver.commandline.flagparse import suggest
+from accord.resolver.commandline.flagspellings import suggest
 from accord.resolver.commandline.flagvalues import describe_expected
 from accord.resolver.errors import UsageError
 from accord.resolver.language.catalog import SYSTEMS, Catalog, Flag, load_catalog

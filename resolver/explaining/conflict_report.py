@@ -42,7 +42,7 @@ from accord.resolver.explaining.report import (
     rule_clause,
 )
 from accord.resolver.language.catalog import Catalog
-from accord.resolver.language.expr import UnknownFact
+from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.solving.solve import Env, Plan
 
 _STYLE = {"bold": "\033[1m", "red": "\033[31m", "green": "\033[32m", "off": "\033[0m"}

@@ -17,7 +17,9 @@ import dataclasses
 from typing import Any, Iterable, Mapping
 
 from accord.resolver.explaining.report import describe_value
-from accord.resolver.language.expr import Expr, UnknownFact, dotted_name, meta_read
+from accord.resolver.language.expr import Expr
+from accord.resolver.language.expr_compiler import dotted_name, meta_read
+from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruleset import Derived, Rule
 from accord.resolver.solving.nearby import nearby_for
 from accord.resolver.solving.solve import Env, Plan

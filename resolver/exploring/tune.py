@@ -35,7 +35,7 @@ from accord.resolver.exploring.costmodel import CostModel, Workload, model_confi
 from accord.resolver.exploring.dryrun import candidate_values, values_of
 from accord.resolver.exploring.matrix import launch_words
 from accord.resolver.frozen import ResolvedConfig
-from accord.resolver.language.expr import UnknownFact
+from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.solving.pinning import Pinning
 from accord.resolver.solving.preference import slowness
 from accord.resolver.solving.solve import Env, Plan

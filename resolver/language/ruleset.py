@@ -15,7 +15,8 @@ from typing import Any
 from accord.resolver.errors import UsageError
 from accord.resolver.language import plancache
 from accord.resolver.language.catalog import RULES_DIR, SYSTEMS, catalog_files, load_catalog
-from accord.resolver.language.expr import Expr, ExpressionError, constant, parse
+from accord.resolver.language.expr import Expr, constant, parse
+from accord.resolver.language.expr_compiler import ExpressionError
 from accord.resolver.language.yamlcache import bulk_load, read_yaml_files
 
 KINDS = ("require", "conflict", "default", "prefer", "warn", "known_bad")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from accord.resolver.language.expr import UnknownFact
+from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruleset import Rule
 from accord.resolver.solving.reach import index_of, layout_of
 from accord.resolver.solving.solve import Env, Plan, RelaxedValues, check, holds

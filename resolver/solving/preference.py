@@ -25,7 +25,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from accord.resolver.errors import UsageError
 from accord.resolver.language.catalog import RULES_DIR
-from accord.resolver.language.expr import Expr, ExpressionError, UnknownFact, constant, parse
+from accord.resolver.language.expr import Expr, constant, parse
+from accord.resolver.language.expr_compiler import ExpressionError
+from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.yamlcache import read_yaml_files
 from accord.resolver.solving.solve import Env, Plan
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from accord.resolver.language.catalog import Catalog
-from accord.resolver.language.expr import UnknownFact
+from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruleset import Rule, RuleSet
 from accord.resolver.solving import core
 from accord.resolver.solving.cache import SolverCache, enabled
