@@ -6,8 +6,9 @@ import textwrap
 import pytest
 
 from accord.resolver.errors import UsageError
+from accord.resolver.language.derived import load_derived
 from accord.resolver.language.expr import UnknownFact, parse
-from accord.resolver.language.ruleset import load_derived, load_rules
+from accord.resolver.language.ruleset import load_rules
 from tests.test_expr import Env  # the expression tests' environment: flags and facts
 
 

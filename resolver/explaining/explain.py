@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 
 from accord.resolver.explaining.report import describe_value
 from accord.resolver.language.expr import Expr, UnknownFact, dotted_name, meta_read
-from accord.resolver.language.ruleset import Derived, Rule
+from accord.resolver.language.ruletypes import Derived, Rule
 from accord.resolver.solving.nearby import nearby_for
 from accord.resolver.solving.solve import Env, Plan
 

@@ -29,7 +29,8 @@ import networkx as nx
 from accord.resolver.language.catalog import RULES_DIR, Catalog
 from accord.resolver.language.expr import META, Expr, meta_read
 from accord.resolver.language.graph import build_graph
-from accord.resolver.language.ruleset import RuleSet, rule_files
+from accord.resolver.language.ruleset import rule_files
+from accord.resolver.language.ruletypes import RuleSet
 from accord.resolver.language.yamlcache import read_yaml_files
 from accord.resolver.solving.solve import Plan
 

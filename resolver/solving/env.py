@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from accord.resolver.language.expr import UnknownFact
-from accord.resolver.language.ruleset import Rule
+from accord.resolver.language.ruletypes import Rule
 
 if TYPE_CHECKING:
     from accord.resolver.solving.solve import Plan
