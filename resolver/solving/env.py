@@ -73,7 +73,7 @@ class Env:
         self._shared = shared
         self._plain = plan.plain
         # Named derived values read in this environment (kept by their expressions, see
-        # resolver/language/ruleset.py `_combine`), like `_derived` for derived flags.
+        # resolver/language/derived.py `combine`), like `_derived` for derived flags.
         self.named_values: dict[str, Any] = {}
 
     def fact(self, key: str) -> Any:
