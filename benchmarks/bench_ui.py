@@ -32,7 +32,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from accord.resolver.api import plan_for  # noqa: E402
-from accord.resolver.configurator.server import OUTCOMES, command_for, run_cli, running  # noqa: E402
+from accord.resolver.configurator.answers import command_for  # noqa: E402
+from accord.resolver.configurator.captured_cli import run_cli  # noqa: E402
+from accord.resolver.configurator.outcomes import OUTCOMES  # noqa: E402
+from accord.resolver.configurator.server import running  # noqa: E402
 from accord.resolver.facts.model import BUILTIN_MODELS  # noqa: E402
 
 MODEL = ["--model-path", str(BUILTIN_MODELS["llm"])]

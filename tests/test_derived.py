@@ -6,9 +6,10 @@ import textwrap
 import pytest
 
 from accord.resolver.errors import UsageError
+from accord.resolver.language.derived import load_derived
 from accord.resolver.language.expr import parse
 from accord.resolver.language.expr_runtime import UnknownFact
-from accord.resolver.language.ruleset import load_derived, load_rules
+from accord.resolver.language.ruleset import load_rules
 from tests.test_expr import Env  # the expression tests' environment: flags and facts
 
 

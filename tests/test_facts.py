@@ -13,8 +13,10 @@ import pytest
 import accord.resolver.facts.model as model_facts_module
 from accord.resolver import cli
 from accord.resolver.errors import UsageError
-from accord.resolver.facts import machine as facts
-from accord.resolver.facts.machine import fact_spec, list_presets, load_facts, load_preset, parse_fact, probe
+from accord.resolver.facts import probe as probing
+from accord.resolver.facts.machine import list_presets, load_facts, load_preset
+from accord.resolver.facts.probe import probe
+from accord.resolver.facts.schema import contradictions, fact_spec, parse_fact, type_problem
 
 REPO = Path(__file__).resolve().parent.parent
 REQUIRED_PRESETS = {"h100", "h200", "b200", "gb200", "a100", "a10g", "l40s", "l4", "rtx4090",
@@ -35,7 +37,7 @@ def test_preset_is_a_complete_consistent_machine(name):
     data = load_preset(name)
     assert MACHINE_KEYS <= set(data), f"{name} misses {MACHINE_KEYS - set(data)}"
     assert not [k for k in data if k.startswith("model.")], "a preset describes a machine, not a model"
-    assert facts.contradictions(data) == []
+    assert contradictions(data) == []
     assert list(data) == sorted(data)
 
 
@@ -221,12 +223,12 @@ def test_missing_facts_file_is_not_mistaken_for_a_preset(tmp_path):
 # --- probe ---------------------------------------------------------------------------------------
 
 def test_probe_gives_cpu_facts_without_accelerator(monkeypatch):
-    monkeypatch.setattr(facts, "_accelerator_may_exist", lambda: False)
+    monkeypatch.setattr(probing, "_accelerator_may_exist", lambda: False)
     result = probe()
     assert result["platform"] == "cpu" and result["cuda"] is None and result["gpu.count"] == 0
-    assert facts.contradictions(result) == []
+    assert contradictions(result) == []
     for key, value in result.items():
-        assert facts.type_problem(key, value) is None
+        assert type_problem(key, value) is None
 
 
 def _fake_torch(cuda_available=True, hip=None, broken=False):
@@ -252,7 +254,7 @@ def _fake_torch(cuda_available=True, hip=None, broken=False):
 
 
 def test_probe_reads_nvidia_gpus_through_torch(monkeypatch):
-    monkeypatch.setattr(facts, "_accelerator_may_exist", lambda: True)
+    monkeypatch.setattr(probing, "_accelerator_may_exist", lambda: True)
     monkeypatch.setitem(sys.modules, "torch", _fake_torch())
     monkeypatch.setitem(sys.modules, "pynvml", None)  # no NVML: NVLink cannot be told apart
     result = probe()
@@ -261,7 +263,7 @@ def test_probe_reads_nvidia_gpus_through_torch(monkeypatch):
     assert result["cuda"] == "12.8" and result["torch"] == "2.8.0"
     assert result["interconnect.p2p"] is True
     assert "interconnect.nvlink" not in result and "interconnect.mnnvl" not in result
-    assert facts.contradictions(result) == []
+    assert contradictions(result) == []
 
 
 def _fake_pynvml(nvlink: bool, cluster_uuid: bytes):
@@ -290,7 +292,7 @@ def _fake_pynvml(nvlink: bool, cluster_uuid: bytes):
     (False, bytes(16), False),             # PCIe cards
 ])
 def test_probe_reads_nvlink_and_mnnvl_from_nvml(monkeypatch, nvlink, cluster_uuid, mnnvl):
-    monkeypatch.setattr(facts, "_accelerator_may_exist", lambda: True)
+    monkeypatch.setattr(probing, "_accelerator_may_exist", lambda: True)
     monkeypatch.setitem(sys.modules, "torch", _fake_torch())
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(nvlink, cluster_uuid))
     result = probe()
@@ -298,7 +300,7 @@ def test_probe_reads_nvlink_and_mnnvl_from_nvml(monkeypatch, nvlink, cluster_uui
 
 
 def test_facts_file_can_build_on_this_machine(monkeypatch, tmp_path):
-    monkeypatch.setattr(facts, "_accelerator_may_exist", lambda: False)
+    monkeypatch.setattr(probing, "_accelerator_may_exist", lambda: False)
     path = tmp_path / "here.yaml"
     path.write_text("preset: probe\nhost.ram_gib: 1\n")
     result = load_facts(str(path))
@@ -306,23 +308,23 @@ def test_facts_file_can_build_on_this_machine(monkeypatch, tmp_path):
 
 
 def test_probe_reads_amd_gpus_through_torch(monkeypatch):
-    monkeypatch.setattr(facts, "_accelerator_may_exist", lambda: True)
+    monkeypatch.setattr(probing, "_accelerator_may_exist", lambda: True)
     monkeypatch.setitem(sys.modules, "torch", _fake_torch(hip="6.4.43482-0f2d60242"))
     result = probe()
     assert (result["platform"], result["gpu.vendor"], result["rocm"]) == ("rocm", "amd", "6.4")
     assert result["gpu.gfx"] == "gfx942" and result["gpu.sm"] is None and result["cuda"] is None
-    assert facts.contradictions(result) == []
+    assert contradictions(result) == []
 
 
 def test_probe_falls_back_to_cpu_when_torch_breaks(monkeypatch):
-    monkeypatch.setattr(facts, "_accelerator_may_exist", lambda: True)
+    monkeypatch.setattr(probing, "_accelerator_may_exist", lambda: True)
     monkeypatch.setitem(sys.modules, "torch", _fake_torch(broken=True))
     assert probe()["platform"] == "cpu"
 
 
 def test_probe_lists_importable_packages_only(monkeypatch):
-    monkeypatch.setattr(facts, "known_packages", lambda: {"yaml": ["PyYAML"], "surely_not_installed_pkg": ["x"]})
-    found = facts._package_facts()
+    monkeypatch.setattr(probing, "known_packages", lambda: {"yaml": ["PyYAML"], "surely_not_installed_pkg": ["x"]})
+    found = probing._package_facts()
     assert list(found) == ["packages.yaml"] and found["packages.yaml"][0].isdigit()
 
 
@@ -337,9 +339,9 @@ def test_importing_facts_loads_no_heavy_module():
     assert out.strip() == "[]"
 
 
-@pytest.mark.skipif(facts._accelerator_may_exist(), reason="this machine may have an accelerator")
+@pytest.mark.skipif(probing._accelerator_may_exist(), reason="this machine may have an accelerator")
 def test_probe_without_accelerator_does_not_import_torch():
-    out = _run("import sys, accord.resolver.facts.machine as f; p = f.probe();"
+    out = _run("import sys, accord.resolver.facts.probe as f; p = f.probe();"
                "print(p['platform'], 'torch' in sys.modules)")
     assert out.split() == ["cpu", "False"]
 

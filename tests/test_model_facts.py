@@ -8,7 +8,8 @@ import pytest
 
 import accord.resolver.facts.model as model_facts_module
 from accord.resolver.errors import UsageError
-from accord.resolver.facts.machine import contradictions, load_facts, type_problem
+from accord.resolver.facts.machine import load_facts
+from accord.resolver.facts.schema import contradictions, type_problem
 from accord.resolver.facts.model import model_facts, model_path_warning
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,

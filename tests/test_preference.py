@@ -231,11 +231,11 @@ def test_the_combined_fix_and_relax_follow_the_ranking(plan, slowest_first, caps
 
 
 def test_the_configurator_one_click_fix_follows_the_ranking(plan, slowest_first, monkeypatch):
-    from accord.resolver.configurator import server
-    monkeypatch.setattr(server, "OUTCOMES", server.Outcomes())
-    status, _, body = server.answer("fix", {"facts": "b200", "args": ["--model-path", LLAMA_8B,
-                                                                      "--attention-backend", "fa3"],
-                                            "conflict": 0, "fix": 0})
+    from accord.resolver.configurator import answers, outcomes
+    monkeypatch.setattr(outcomes, "OUTCOMES", outcomes.Outcomes())
+    status, _, body = answers.answer("fix", {"facts": "b200", "args": ["--model-path", LLAMA_8B,
+                                                                       "--attention-backend", "fa3"],
+                                             "conflict": 0, "fix": 0})
     assert status == 200 and json.loads(body)["set"] == {"attention_backend": "triton"}
 
 
@@ -296,10 +296,10 @@ def test_resolve_help_opens_with_examples_and_the_flag_groups(capsys):
 
 
 def test_the_configurator_dry_run_frees_a_default_as_the_cli_does(capsys, monkeypatch):
-    from accord.resolver.configurator import server
-    monkeypatch.setattr(server, "OUTCOMES", server.Outcomes())
+    from accord.resolver.configurator import answers, outcomes
+    monkeypatch.setattr(outcomes, "OUTCOMES", outcomes.Outcomes())
     args = ["--model-path", LLAMA_70B, "--flag", "tp_size"]
-    status, _, body = server.answer("dry-run", {"facts": "h100", "args": args})
+    status, _, body = answers.answer("dry-run", {"facts": "h100", "args": args})
     assert main(["resolve", "--dry-run", "--json", "--facts", "h100", *args]) == 0
     assert status == 200 and body == capsys.readouterr().out
 

@@ -231,7 +231,8 @@ def test_the_page_is_served_from_package_data_without_a_cdn(api, path, content_t
 
 
 def test_the_server_never_imports_the_engine_stack():
-    code = ("import sys, json; from accord.resolver.configurator.server import answer, presets_json; "
+    code = ("import sys, json, accord.resolver.configurator.server; "
+            "from accord.resolver.configurator.answers import answer, presets_json; "
             "answer('resolve', {'facts': 'h100', 'args': ['--tp', '8']}); "
             "answer('dry-run', {'facts': 'h100', 'args': []}); presets_json(); "
             "print(json.dumps(sorted(m for m in ('torch', 'triton', 'zmq', 'numpy') if m in sys.modules)))")

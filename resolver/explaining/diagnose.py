@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from accord.resolver.explaining.explain import minimal_flags, minimal_rules
 from accord.resolver.explaining.fixes import Fix, combine, find_fixes, hint_fix
 from accord.resolver.language.expr_runtime import UnknownFact
-from accord.resolver.language.ruleset import Rule
+from accord.resolver.language.ruletypes import Rule
 from accord.resolver.solving.nearby import nearby_for, seed_from_all
 from accord.resolver.solving.preference import fix_allowed
 from accord.resolver.solving.solve import Env, Plan

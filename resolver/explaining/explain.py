@@ -20,7 +20,7 @@ from accord.resolver.explaining.report import describe_value
 from accord.resolver.language.expr import Expr
 from accord.resolver.language.expr_compiler import dotted_name, meta_read
 from accord.resolver.language.expr_runtime import UnknownFact
-from accord.resolver.language.ruleset import Derived, Rule
+from accord.resolver.language.ruletypes import Derived, Rule
 from accord.resolver.solving.nearby import nearby_for
 from accord.resolver.solving.solve import Env, Plan
 

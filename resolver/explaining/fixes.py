@@ -23,7 +23,7 @@ import json
 from typing import Any, Mapping
 
 from accord.resolver.language.expr_runtime import UnknownFact
-from accord.resolver.language.ruleset import Rule
+from accord.resolver.language.ruletypes import Rule
 from accord.resolver.solving.nearby import nearby_for
 from accord.resolver.solving.preference import (
     FixFacts,

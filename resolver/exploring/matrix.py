@@ -43,7 +43,7 @@ from accord.resolver.errors import EXIT_CONFLICT, AccordError, UsageError
 from accord.resolver.explaining.report import describe_value, flag_arg
 from accord.resolver.exploring.dryrun import CANDIDATE_TYPES, candidate_values, mentioned_values
 from accord.resolver.language.catalog import SYSTEMS
-from accord.resolver.language.ruleset import Rule
+from accord.resolver.language.ruletypes import Rule
 from accord.resolver.solving.pinning import Pinning
 from accord.resolver.solving.preference import speed_rank
 from accord.resolver.solving.solve import Env

@@ -12,7 +12,7 @@ import json
 import networkx as nx
 
 from accord.resolver.language.catalog import Catalog
-from accord.resolver.language.ruleset import RuleSet
+from accord.resolver.language.ruletypes import RuleSet
 
 
 def flag_node(name: str) -> str:

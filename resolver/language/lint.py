@@ -30,7 +30,8 @@ from accord.resolver.language.catalog import RULES_DIR, Catalog
 from accord.resolver.language.expr import Expr
 from accord.resolver.language.expr_compiler import META, meta_read
 from accord.resolver.language.graph import build_graph
-from accord.resolver.language.ruleset import RuleSet, rule_files
+from accord.resolver.language.ruleset import rule_files
+from accord.resolver.language.ruletypes import RuleSet
 from accord.resolver.language.yamlcache import read_yaml_files
 from accord.resolver.solving.solve import Plan
 

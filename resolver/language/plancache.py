@@ -26,7 +26,8 @@ from accord.resolver.language.yamlcache import cache_dir, write_atomically
 
 FORMAT = "accord-plan-2"
 # The modules whose code decides what an entry holds and how it is read back.
-_COMPILER_FILES = ("catalog.py", "expr.py", "expr_compiler.py", "expr_runtime.py", "ruleset.py", "plancache.py")
+_COMPILER_FILES = ("catalog.py", "expr.py", "expr_compiler.py", "expr_runtime.py", "ruleset.py", "ruletypes.py",
+                   "derived.py", "ruledata.py", "plancache.py")
 _HERE = Path(__file__).resolve().parent
 
 

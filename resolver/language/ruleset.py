@@ -5,6 +5,10 @@ the value of an unset flag, `prefer` orders candidate values for an unset choice
 message, and `known_bad` names a combination that passes resolution but is publicly reported to
 hang, crash or produce garbage at run time (a warning, or a conflict in a strict rule set). Every expression is parsed here, once, so a malformed rule fails at load time with its file
 and id, never in the middle of a resolve.
+
+This module is the entry point (`load_rules`): it finds the rule files, checks each rule's fields
+and builds the rule set. The rule classes are in `ruletypes`, derived values and named sets in
+`derived`, and the plan cache's form of a rule set in `ruledata`.
 """
 
 from __future__ import annotations
@@ -15,13 +19,12 @@ from typing import Any
 from accord.resolver.errors import UsageError
 from accord.resolver.language import plancache
 from accord.resolver.language.catalog import RULES_DIR, SYSTEMS, catalog_files, load_catalog
-from accord.resolver.language.expr import Expr, constant, parse
-from accord.resolver.language.expr_compiler import ExpressionError
+from accord.resolver.language.derived import DERIVED_FILE, load_derived, parse_at
+from accord.resolver.language.expr import Expr, constant
+from accord.resolver.language.ruledata import ruleset_from_data, ruleset_to_data
+from accord.resolver.language.ruletypes import KINDS, KNOWN_BAD, Candidate, Rule, RuleSet
 from accord.resolver.language.yamlcache import bulk_load, read_yaml_files
 
-KINDS = ("require", "conflict", "default", "prefer", "warn", "known_bad")
-HARD_KINDS = ("require", "conflict")
-KNOWN_BAD = "known_bad"
 # A public report is a GitHub issue or pull request of the project whose runtime misbehaves.
 REPORT_PREFIX = "https://github.com/"
 _COMMON_KEYS = {"id", "kind", "when", "reason", "ref", "seed", "fix", "notes"}
@@ -34,147 +37,6 @@ _KIND_KEYS = {
     KNOWN_BAD: {"when", "message", "report", "affects"},
 }
 
-
-# The classes below are plain classes with slots rather than dataclasses: a cold `accord resolve`
-# builds hundreds of each from the plan cache, and a dataclass costs a compile at import and a slow
-# frozen __init__. Treat instances as read-only.
-
-class Candidate:
-    """One value a `prefer` rule offers, with the condition under which it is offered."""
-
-    __slots__ = ("value", "when")
-
-    def __init__(self, value: Any, when: Expr | None = None):
-        self.value = value
-        self.when = when
-
-    def __repr__(self) -> str:
-        return f"Candidate({self.value!r}, when={self.when!r})"
-
-
-class Rule:
-    """One rule of a rule file (see rules/README.md for the kinds and their fields).
-
-    `reads_flags`, `reads_facts` and `constrained_flags` are what its expressions read, computed once
-    when the rule is built: the solver asks them of every rule on the first solve.
-    """
-
-    FIELDS = ("id", "kind", "area", "reason", "ref", "when", "require", "flag", "value", "values",
-              "message", "fix", "fix_fill_in", "seed", "file")
-    __slots__ = FIELDS + ("reads_flags", "reads_facts", "constrained_flags", "is_hard")
-
-    def __init__(self, id: str, kind: str, area: str, reason: str, ref: str = "",
-                 when: Expr | None = None, require: Expr | None = None, flag: str | None = None,
-                 value: Expr | None = None, values: tuple[Candidate, ...] = (), message: str = "",
-                 fix: tuple[tuple[str, Expr], ...] = (),
-                 fix_fill_in: tuple[tuple[str, str], ...] = (),  # fix flags whose value is a placeholder, and what to fill in
-                 seed: tuple[str, ...] = (), file: str = "",
-                 reads: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None):
-        self.id = id
-        self.kind = kind
-        # A plain attribute, not a property: explanations ask it of every rule thousands of times.
-        self.is_hard = kind in HARD_KINDS
-        self.area = area
-        self.reason = reason
-        self.ref = ref
-        self.when = when
-        self.require = require
-        self.flag = flag
-        self.value = value
-        self.values = values
-        self.message = message
-        self.fix = fix
-        self.fix_fill_in = fix_fill_in
-        self.seed = seed
-        self.file = file
-        if reads is None:  # `reads` is given by the plan cache, which stored what this computes
-            exprs = self.expressions()
-            reads = (frozenset().union(*(e.flags for e in exprs)), frozenset().union(*(e.facts for e in exprs)),
-                     frozenset().union(*(e.flags for e in (when, require) if e is not None)))
-        # Flags this rule reads (not counting the flag it sets), facts it reads, and the flags a hard
-        # rule constrains (the ones in its condition and requirement).
-        self.reads_flags, self.reads_facts, self.constrained_flags = reads
-
-    def __repr__(self) -> str:
-        return f"Rule({self.id!r}, kind={self.kind!r})"
-
-    def expressions(self) -> list[Expr]:
-        exprs = [e for e in (self.when, self.require, self.value) if e is not None]
-        exprs += [c.when for c in self.values if c.when is not None]
-        exprs += [e for _, e in self.fix]
-        return exprs
-
-
-DERIVED_TYPES = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,),
-                 "list": (list, tuple)}
-
-
-class Derived:
-    """A hidden, prompt-less variable (Kconfig style): the first `value` whose `when` holds.
-
-    Rules read it by name like a flag. It is not a solver variable: a reader depends on the flags and
-    facts the derived value reads, so solving is unchanged by naming a sub-expression.
-    """
-
-    __slots__ = ("id", "type", "cases", "reason", "notes", "expr")
-
-    def __init__(self, id: str, type: str, cases: tuple[tuple[Expr, Expr | None], ...], reason: str,
-                 notes: str = "", expr: Expr | None = None):
-        self.id = id
-        self.type = type
-        self.cases = cases      # (value, when); when None = otherwise
-        self.reason = reason
-        self.notes = notes
-        self.expr = expr        # the whole derived value as one expression
-
-    def __repr__(self) -> str:
-        return f"Derived({self.id!r})"
-
-    def deciding_case(self, env) -> int | None:
-        """Index of the case that gives the value in `env` (None: no case held)."""
-        for index, (_, when) in enumerate(self.cases):
-            if when is None or when(env):
-                return index
-        return None
-
-
-class NamedSet:
-    """A named constant set of values (say, the NVIDIA attention backends)."""
-
-    __slots__ = ("id", "values", "reason")
-
-    def __init__(self, id: str, values: tuple, reason: str):
-        self.id = id
-        self.values = values
-        self.reason = reason
-
-    def __repr__(self) -> str:
-        return f"NamedSet({self.id!r})"
-
-
-class RuleSet:
-    """A system's rules in the order they are consulted, with its derived values and named sets."""
-
-    __slots__ = ("system", "rules", "derived", "sets")
-
-    def __init__(self, system: str, rules: tuple[Rule, ...], derived: tuple[Derived, ...] = (),
-                 sets: tuple[NamedSet, ...] = ()):
-        self.system = system
-        self.rules = rules
-        self.derived = derived
-        self.sets = sets
-
-    def __iter__(self):
-        return iter(self.rules)
-
-    def __len__(self) -> int:
-        return len(self.rules)
-
-    def by_id(self) -> dict[str, Rule]:
-        return {r.id: r for r in self.rules}
-
-
-DERIVED_FILE = "derived.yaml"
 UPSTREAM_SPELLINGS_FILE = "upstream_spellings.yaml"
 # What `accord launch` knows of upstream's command line (resolver/commandline/emit.py): data, not rules.
 UPSTREAM_PARSER_FILE = "upstream_parser.yaml"
@@ -187,97 +49,6 @@ def rule_files(system: str, root: Path = RULES_DIR) -> list[Path]:
     root = root / system
     return sorted(p for p in root.glob("*.yaml")
                   if not p.name.startswith("flags") and p.name not in NOT_RULE_FILES)
-
-
-def _expr(text: Any, where: str, names: dict[str, Expr] | None = None, meta: dict | None = None) -> Expr:
-    try:
-        return parse(text, names, meta)
-    except ExpressionError as err:
-        raise UsageError(f"{where}: {err}") from None
-
-
-def _combine(name: str, cases: tuple[tuple[Expr, Expr | None], ...], reads: tuple | None = None) -> Expr:
-    """One expression for a derived value: the first case whose condition holds, else None.
-    `reads` (flags, facts, set checks, names) is what the plan cache stored of an earlier combine.
-
-    The value is kept in the environment's `named_values` when it has one (the solver's `Env`): a
-    derived value is read by many rules and by other derived values (the memory budget reads the
-    per-GPU weight size in several cases), and without the memo each read evaluates its whole
-    chain again. An environment gives every flag one value for its lifetime, so the memo is never
-    stale; an unknown fact is not kept, and is met again by the next read."""
-    pairs = [(value._fn, when._fn if when is not None else None) for value, when in cases]
-
-    def evaluate(env):
-        memo = getattr(env, "named_values", None)
-        if memo is not None and name in memo:
-            return memo[name]
-        result = None
-        for value, when in pairs:
-            if when is None or when(env):
-                result = value(env)
-                break
-        if memo is not None:
-            memo[name] = result
-        return result
-    if reads is None:
-        parts = [e for value, when in cases for e in (value, when) if e is not None]
-        reads = tuple(frozenset().union(*(getattr(e, key) for e in parts))
-                      for key in ("flags", "facts", "set_checks", "names"))
-    flags, facts, set_checks, names = reads
-    return Expr(name, flags, facts, evaluate, set_checks, names)
-
-
-def _derived_from_yaml(entry: dict, names: dict[str, Expr], path: Path, meta: dict) -> Derived:
-    did = entry.get("id")
-    where = f"{path.name}: derived value {did!r}"
-    if not did or not isinstance(did, str):
-        raise UsageError(f"{path}: a derived value has no string 'id'; give each one a unique name.")
-    unknown = sorted(set(entry) - {"id", "type", "values", "reason", "notes"})
-    if unknown:
-        raise UsageError(f"{where} has unknown keys {unknown}; allowed: id, type, values, reason, notes.")
-    if entry.get("type") not in DERIVED_TYPES:
-        raise UsageError(f"{where} has type {entry.get('type')!r}; use one of {', '.join(DERIVED_TYPES)}.")
-    if not entry.get("reason"):
-        raise UsageError(f"{where} has no 'reason': say in one line what it means.")
-    raw = entry.get("values")
-    if not isinstance(raw, list) or not raw or not all(isinstance(c, dict) and "value" in c for c in raw):
-        raise UsageError(f"{where}: 'values' must be a list of {{value: ..., when: ...}} pairs.")
-    if any("when" not in c for c in raw[:-1]) or any(set(c) - {"value", "when"} for c in raw):
-        raise UsageError(f"{where}: every pair but the last needs a 'when' (the last may be the "
-                         f"fallback), and a pair has only 'value' and 'when'.")
-    cases = tuple((_expr(c["value"], where, names, meta),
-                   _expr(c["when"], where, names, meta) if "when" in c else None) for c in raw)
-    return Derived(id=did, type=entry["type"], cases=cases, reason=str(entry["reason"]),
-                   notes=str(entry.get("notes") or ""), expr=_combine(did, cases))
-
-
-def load_derived(system: str, root: Path = RULES_DIR,
-                 meta: dict | None = None) -> tuple[tuple[Derived, ...], tuple[NamedSet, ...]]:
-    """Named sets and derived values of a system, in file order (a name reads only earlier names).
-    `meta` is the catalog's choice metadata (`Catalog.choice_metadata`), which `meta(flag).p` reads."""
-    path = root / system / DERIVED_FILE
-    if not path.exists():
-        return (), ()
-    documents = read_yaml_files([path])[0]
-    doc = documents[0] if documents else {}
-    names: dict[str, Expr] = {}
-    sets: list[NamedSet] = []
-    derived: list[Derived] = []
-    for entry in doc.get("sets") or ():
-        sid, values = entry.get("id"), entry.get("values")
-        if not sid or not isinstance(values, list) or not entry.get("reason"):
-            raise UsageError(f"{path.name}: named set {sid!r} needs an 'id', a 'values' list and a 'reason'.")
-        if sid in names:
-            raise UsageError(f"{path.name}: the name {sid!r} is defined twice.")
-        sets.append(NamedSet(sid, tuple(values), str(entry["reason"])))
-        names[sid] = constant(sid, tuple(values))
-    for entry in doc.get("derived") or ():
-        item = _derived_from_yaml(entry, names, path, meta or {})
-        if item.id in names:
-            raise UsageError(f"{path.name}: the name {item.id!r} is defined twice.")
-        derived.append(item)
-        names[item.id] = item.expr
-    return tuple(derived), tuple(sets)
 
 
 def _fix_hint(raw: Any, where: str, names: dict[str, Expr], meta: dict):
@@ -296,7 +67,7 @@ def _fix_hint(raw: Any, where: str, names: dict[str, Expr], meta: dict):
                                  f"and 'fill_in' (what the user must replace the placeholder with).")
             fill_in.append((flag, spec["fill_in"]))
             spec = spec["value"]
-        fix.append((flag, _expr(spec, where, names, meta)))
+        fix.append((flag, parse_at(spec, where, names, meta)))
     return tuple(fix), tuple(fill_in)
 
 
@@ -353,7 +124,7 @@ def _rule_from_yaml(entry: dict, area: str, path: Path, names: dict[str, Expr], 
     if kind == KNOWN_BAD:
         entry = _known_bad_entry(entry, where)
     values = tuple(
-        Candidate(v["value"], _expr(v["when"], where, names, meta) if "when" in v else None) if isinstance(v, dict)
+        Candidate(v["value"], parse_at(v["when"], where, names, meta) if "when" in v else None) if isinstance(v, dict)
         else Candidate(v)
         for v in entry.get("values", ())
     )
@@ -362,10 +133,10 @@ def _rule_from_yaml(entry: dict, area: str, path: Path, names: dict[str, Expr], 
     return Rule(
         id=rid, kind=kind, area=area, reason=str(entry.get("reason") or entry.get("message") or ""),
         ref=str(entry.get("ref") or ""),
-        when=_expr(entry["when"], where, names, meta) if "when" in entry else None,
-        require=_expr(entry["require"], where, names, meta) if "require" in entry else None,
+        when=parse_at(entry["when"], where, names, meta) if "when" in entry else None,
+        require=parse_at(entry["require"], where, names, meta) if "require" in entry else None,
         flag=entry.get("flag"),
-        value=_expr(entry["value"], where, names, meta) if "value" in entry else None,
+        value=parse_at(entry["value"], where, names, meta) if "value" in entry else None,
         values=values, message=str(entry.get("message") or ""), fix=fix, fix_fill_in=fill_in,
         seed=tuple([seed] if isinstance(seed, str) else seed), file=path.name,
     )
@@ -387,11 +158,11 @@ def load_rules(system: str, root: Path = RULES_DIR) -> RuleSet:
         data = plancache.load(entry)
         if data is not None:
             try:
-                return _ruleset_from_data(system, data)
+                return ruleset_from_data(system, data)
             except (ValueError, TypeError, KeyError, IndexError, AttributeError):
                 pass  # an entry that unmarshals but is not a rule set: build it again
         ruleset = _read_rules(system, root)
-    plancache.store(entry, _ruleset_to_data(ruleset))
+    plancache.store(entry, ruleset_to_data(ruleset))
     return ruleset
 
 
@@ -417,53 +188,3 @@ def _read_rules(system: str, root: Path) -> RuleSet:
             seen[rule.id] = path.name
             into.append(rule)
     return RuleSet(system=system, rules=tuple(first + rules), derived=derived, sets=sets)
-
-
-# -- the plan cache's form of a rule set ---------------------------------------------------------------
-# Tuples of plain values in a fixed field order; expressions as `Expr.to_data`. Loading links each
-# expression's code to the named values defined before it, exactly as parsing did.
-
-def _data(expr: Expr | None) -> tuple | None:
-    return None if expr is None else expr.to_data()
-
-
-def _ruleset_to_data(ruleset: RuleSet) -> tuple:
-    sets = tuple((s.id, s.values, s.reason) for s in ruleset.sets)
-    derived = tuple((d.id, d.type, tuple((_data(v), _data(w)) for v, w in d.cases), d.reason, d.notes,
-                     (d.expr.flags, d.expr.facts, d.expr.set_checks, d.expr.names))
-                    for d in ruleset.derived)
-    rules = tuple(
-        (r.id, r.kind, r.area, r.reason, r.ref, _data(r.when), _data(r.require), r.flag, _data(r.value),
-         tuple((c.value, _data(c.when)) for c in r.values), r.message,
-         tuple((flag, _data(e)) for flag, e in r.fix), r.fix_fill_in, r.seed, r.file,
-         (r.reads_flags, r.reads_facts, r.constrained_flags))
-        for r in ruleset.rules)
-    return sets, derived, rules
-
-
-def _ruleset_from_data(system: str, data: tuple) -> RuleSet:
-    sets_data, derived_data, rules_data = data
-    names: dict[str, Expr] = {}
-
-    def expr(item: tuple | None) -> Expr | None:
-        return None if item is None else Expr.from_data(item, names)
-
-    sets = []
-    for sid, values, reason in sets_data:
-        sets.append(NamedSet(sid, values, reason))
-        names[sid] = constant(sid, values)
-    derived = []
-    for did, dtype, cases_data, reason, notes, reads in derived_data:
-        cases = tuple((expr(v), expr(w)) for v, w in cases_data)
-        item = Derived(id=did, type=dtype, cases=cases, reason=reason, notes=notes,
-                       expr=_combine(did, cases, reads))
-        derived.append(item)
-        names[did] = item.expr
-    rules = tuple(
-        Rule(id=rid, kind=kind, area=area, reason=reason, ref=ref, when=expr(when), require=expr(require),
-             flag=flag, value=expr(value), values=tuple(Candidate(v, expr(w)) for v, w in values),
-             message=message, fix=tuple((f, expr(e)) for f, e in fix), fix_fill_in=fill_in, seed=seed,
-             file=file, reads=reads)
-        for rid, kind, area, reason, ref, when, require, flag, value, values, message, fix, fill_in, seed, file,
-        reads in rules_data)
-    return RuleSet(system=system, rules=rules, derived=tuple(derived), sets=tuple(sets))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from accord.resolver.language.expr_runtime import UnknownFact
-from accord.resolver.language.ruleset import Rule
+from accord.resolver.language.ruletypes import Rule
 from accord.resolver.solving.env import set_flags_key
 
 if TYPE_CHECKING:

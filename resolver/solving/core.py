@@ -21,7 +21,7 @@ import graphlib
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
 from accord.resolver.language.expr_runtime import UnknownFact
-from accord.resolver.language.ruleset import Rule
+from accord.resolver.language.ruletypes import Rule
 from accord.resolver.solving.constants import Constants, constant
 from accord.resolver.solving.env import Assignment, Env, Shared, check, holds
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from accord.resolver.language.expr_runtime import UnknownFact
-from accord.resolver.language.ruleset import Rule
+from accord.resolver.language.ruletypes import Rule
 
 if TYPE_CHECKING:
     from accord.resolver.solving.solve import Plan
@@ -73,7 +73,7 @@ class Env:
         self._shared = shared
         self._plain = plan.plain
         # Named derived values read in this environment (kept by their expressions, see
-        # resolver/language/ruleset.py `_combine`), like `_derived` for derived flags.
+        # resolver/language/derived.py `combine`), like `_derived` for derived flags.
         self.named_values: dict[str, Any] = {}
 
     def fact(self, key: str) -> Any:

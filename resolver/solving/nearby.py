@@ -25,7 +25,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from accord.resolver.language.expr_runtime import UnknownFact
-from accord.resolver.language.ruleset import Rule
+from accord.resolver.language.ruletypes import Rule
 from accord.resolver.solving.reach import index_of, layout_of
 from accord.resolver.solving.solve import Env, Plan, RelaxedValues, check, holds
 

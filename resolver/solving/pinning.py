@@ -11,7 +11,7 @@ from typing import Any, Iterable, Mapping
 from accord.resolver.explaining.explain import minimal_rules
 from accord.resolver.explaining.report import describe_value
 from accord.resolver.frozen import ResolvedConfig
-from accord.resolver.language.ruleset import Rule
+from accord.resolver.language.ruletypes import Rule
 from accord.resolver.solving.solve import Env, Plan, holds
 
 

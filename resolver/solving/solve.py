@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping
 
 from accord.resolver.language.catalog import Catalog
 from accord.resolver.language.expr_runtime import UnknownFact
-from accord.resolver.language.ruleset import Rule, RuleSet
+from accord.resolver.language.ruletypes import Rule, RuleSet
 from accord.resolver.solving import core
 from accord.resolver.solving.cache import SolverCache, enabled
 from accord.resolver.solving.constants import Constants, applies, constant
