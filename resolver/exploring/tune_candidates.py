@@ -22,6 +22,8 @@ from accord.resolver.solving.solve import Env
 
 @dataclasses.dataclass(frozen=True)
 class SLA:
+    """The latency a candidate must predict to qualify (`--max-ttft-ms`, `--max-tpot-ms`); empty: none."""
+
     max_ttft_ms: float | None = None
     max_tpot_ms: float | None = None
 
@@ -38,6 +40,8 @@ class SLA:
 
 @dataclasses.dataclass
 class Candidate:
+    """One legal launch the search found, with the cost model's prediction for it."""
+
     pins: dict[str, Any]            # the flags the search set (the user's stay in `user`)
     predicted: dict[str, Any]
     stage: str
@@ -58,6 +62,8 @@ class NoCandidate(AccordError):
 
 @dataclasses.dataclass
 class TuneResult:
+    """The ranked candidates, the baseline, and what the search judged and excluded on the way."""
+
     baseline: Candidate
     baseline_source: str            # "resolve" or "resolve --relax"
     candidates: list[Candidate]     # ranked, best first (all that qualify; the caller shows the top N)
