@@ -29,7 +29,10 @@ from pathlib import Path
 
 from accord.resolver.api import plan_for, resolve
 from accord.resolver.exploring.dryrun import dry_run, values_of
-from accord.resolver.exploring.matrix import FACTS_AXIS, MODEL_AXIS, Axis, Space, covering_rows, generate, parse_axes
+from accord.resolver.exploring.matrix import generate
+from accord.resolver.exploring.matrix_axes import FACTS_AXIS, MODEL_AXIS, Axis, parse_axes
+from accord.resolver.exploring.matrix_rows import covering_rows
+from accord.resolver.exploring.matrix_space import Space
 from accord.resolver.facts.machine import load_facts
 
 DRY_RUN = ("llm", "h100", {"tp_size": 8})

@@ -27,9 +27,11 @@ def toy(tmp_path, monkeypatch):
     import accord.resolver.commands.serve  # noqa: F401
     import accord.resolver.commands.why  # noqa: F401
     import accord.resolver.exploring.dryrun  # noqa: F401
-    import accord.resolver.exploring.matrix  # noqa: F401
+    import accord.resolver.exploring.matrix_axes  # noqa: F401
+    import accord.resolver.exploring.matrix_space  # noqa: F401
     plan = toy_plan(tmp_path)
-    for target in ("accord.resolver.api.plan_for", "accord.resolver.exploring.dryrun.plan_for", "accord.resolver.exploring.matrix.plan_for",
+    for target in ("accord.resolver.api.plan_for", "accord.resolver.exploring.dryrun.plan_for", "accord.resolver.exploring.matrix_axes.plan_for",
+                   "accord.resolver.exploring.matrix_space.plan_for",
                    "accord.resolver.commands.matrix.plan_for"):
         monkeypatch.setattr(target, lambda system, strict=False: plan)
 

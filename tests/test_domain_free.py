@@ -26,7 +26,7 @@ GENERIC = {"file", "none", "auto", "torch", "triton", "kernel", "compressed", "d
 KNOWN = {
     "commandline/configflags.py": {"tp_size"},
     "commands/why.py": {"attention_backend", "chunked_prefill_size", "tp_size"},
-    "exploring/matrix.py": {"aiter", "attention_backend", "kv_cache_dtype", "tp_size"},
+    "exploring/matrix_axes.py": {"attention_backend", "kv_cache_dtype", "tp_size"},
     "exploring/testing.py": {"attention_backend", "fa3", "kv_cache_dtype"},
     "facts/machine.py": {"flashinfer"},
     "facts/probe.py": {"mnnvl", "page_size"},

@@ -10,7 +10,9 @@ import yaml
 
 from accord.resolver import api
 from accord.resolver.cli import main
-from accord.resolver.exploring.matrix import Axis, generate, render, workflow
+from accord.resolver.exploring.matrix import generate
+from accord.resolver.exploring.matrix_axes import Axis
+from accord.resolver.exploring.matrix_output import render, workflow
 from accord.resolver.exploring.testing import matrix_params
 from accord.resolver.language.catalog import load_catalog
 from accord.resolver.language.ruleset import load_rules
@@ -27,7 +29,8 @@ AXES = [Axis("attention_backend", ("fa3", "flashinfer", "triton", "torch_native"
 def plan(tmp_path, monkeypatch):
     plan = toy_plan(tmp_path)
     monkeypatch.setattr(api, "plan_for", lambda system, strict=False: plan)
-    monkeypatch.setattr("accord.resolver.exploring.matrix.plan_for", lambda system, strict=False: plan)
+    monkeypatch.setattr("accord.resolver.exploring.matrix_axes.plan_for", lambda system, strict=False: plan)
+    monkeypatch.setattr("accord.resolver.exploring.matrix_space.plan_for", lambda system, strict=False: plan)
     return plan
 
 
@@ -120,7 +123,8 @@ def test_a_pair_legal_only_with_a_third_value_is_still_covered(tmp_path, monkeyp
     (tmp_path / "llm" / "t.yaml").write_text(yaml.safe_dump({"area": "t", "rules": rules}, sort_keys=False))
     plan = Plan(load_catalog("llm", tmp_path), load_rules("llm", tmp_path))
     monkeypatch.setattr(api, "plan_for", lambda system, strict=False: plan)
-    monkeypatch.setattr("accord.resolver.exploring.matrix.plan_for", lambda system, strict=False: plan)
+    monkeypatch.setattr("accord.resolver.exploring.matrix_axes.plan_for", lambda system, strict=False: plan)
+    monkeypatch.setattr("accord.resolver.exploring.matrix_space.plan_for", lambda system, strict=False: plan)
     axes = [Axis("a_backend", ("w", "x")), Axis("kv_dtype", ("auto", "fp"))]
     matrix = generate("llm", {"b200": B200}, axes, {}, "pairwise")
     rows = {(r["a_backend"], r["kv_dtype"]) for r in matrix.rows}
@@ -137,7 +141,9 @@ def test_max_rows_coverage_counts_what_is_left_out(plan):
 
 
 def test_unconstrained_baseline_covers_every_pair(plan):
-    from accord.resolver.exploring.matrix import FACTS_AXIS, Space, covering_rows
+    from accord.resolver.exploring.matrix_axes import FACTS_AXIS
+    from accord.resolver.exploring.matrix_rows import covering_rows
+    from accord.resolver.exploring.matrix_space import Space
 
     axes = [Axis(FACTS_AXIS, tuple(PRESETS))] + AXES
     rows, legal, covered = covering_rows(Space("llm", PRESETS, axes, {}), 2, 0, None, respect_rules=False)
@@ -163,7 +169,8 @@ def model_plan(tmp_path, monkeypatch):
     (tmp_path / "llm" / "flags_model.yaml").write_text(yaml.safe_dump(MODEL_FLAG))
     plan = Plan(load_catalog("llm", tmp_path), load_rules("llm", tmp_path))
     monkeypatch.setattr(api, "plan_for", lambda system, strict=False: plan)
-    monkeypatch.setattr("accord.resolver.exploring.matrix.plan_for", lambda system, strict=False: plan)
+    monkeypatch.setattr("accord.resolver.exploring.matrix_axes.plan_for", lambda system, strict=False: plan)
+    monkeypatch.setattr("accord.resolver.exploring.matrix_space.plan_for", lambda system, strict=False: plan)
     return plan
 
 

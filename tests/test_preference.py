@@ -316,7 +316,7 @@ def test_a_conflict_report_says_what_an_old_value_spelling_became(capsys):
 def _tune_tie(plan):
     """Which of two tune candidates the cost model cannot tell apart (the same flags set, the same
     predicted run) comes first on an H100: the one pinning fa3, or the one pinning flashinfer."""
-    from accord.resolver.exploring.tune import Candidate, tie_break
+    from accord.resolver.exploring.tune_candidates import Candidate, tie_break
     from accord.resolver.solving.solve import Env
 
     env = Env(plan, {}, _facts("h100"), {})

@@ -12,7 +12,9 @@ import pytest
 from accord.resolver.cli import main
 from accord.resolver.exploring.costmodel import Workload
 from accord.resolver.exploring.measure import spearman
-from accord.resolver.exploring.tune import Search, _key, predict_launch
+from accord.resolver.exploring.tune import predict_launch
+from accord.resolver.exploring.tune_candidates import pins_key
+from accord.resolver.exploring.tune_search import Search
 from accord.resolver.facts.machine import load_facts
 
 MODELS = Path(__file__).parent / "differential" / "fixtures" / "models"
@@ -52,7 +54,7 @@ def test_the_baseline_is_what_resolve_picks_and_is_among_the_judged(llama70b_h10
     relaxed = json.loads(capsys.readouterr().out)["values"]
     assert main(["resolve", "--facts", "h100", "--json", *result.baseline.argv]) == 0
     assert json.loads(capsys.readouterr().out)["values"]["tp_size"] == relaxed["tp_size"]
-    assert _key(result.baseline.pins) in search.judged_keys
+    assert pins_key(result.baseline.pins) in search.judged_keys
 
 
 def test_every_shown_candidate_resolves_as_is(llama70b_h100, capsys):

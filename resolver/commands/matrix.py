@@ -15,14 +15,12 @@ import sys
 from accord.resolver.api import plan_for, resolve
 from accord.resolver.commands.options import CommandParser
 from accord.resolver.errors import UsageError
-from accord.resolver.exploring.matrix import (
+from accord.resolver.exploring.matrix import STRATEGIES, generate
+from accord.resolver.exploring.matrix_axes import MODEL_FLAG, parse_axes
+from accord.resolver.exploring.matrix_output import (
     GITHUB_MAX_JOBS,
-    MODEL_FLAG,
-    STRATEGIES,
     EmptyMatrix,
     describe_illegal,
-    generate,
-    parse_axes,
     render,
     summary,
     workflow,

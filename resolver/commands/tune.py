@@ -21,7 +21,8 @@ from accord.resolver.commands import resolve as resolve_cmd
 from accord.resolver.commands.options import add_fact_options
 from accord.resolver.errors import UsageError
 from accord.resolver.exploring.costmodel import CostModel, Workload, load_costs
-from accord.resolver.exploring.tune import SLA, TuneResult, tune
+from accord.resolver.exploring.tune import tune
+from accord.resolver.exploring.tune_candidates import SLA, TuneResult
 from accord.resolver.facts.machine import load_facts
 from accord.resolver.facts.model import model_path_warning
 

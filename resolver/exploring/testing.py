@@ -34,7 +34,8 @@ def matrix_params(system: str, presets: Sequence[str], axes: Sequence[str],
     """
     import pytest
 
-    from accord.resolver.exploring.matrix import MODEL_FLAG, Axis, generate, parse_axes
+    from accord.resolver.exploring.matrix import generate
+    from accord.resolver.exploring.matrix_axes import MODEL_FLAG, Axis, parse_axes
     from accord.resolver.facts.machine import load_facts
 
     values = values or {}

@@ -1,0 +1,158 @@
+"""The ranking of `accord tune`: which found candidates are shown, in what order, and why.
+
+Candidates that run alike are one; without an SLA the Pareto frontier of throughput per GPU
+against tokens/s per user comes first, with an SLA the candidates that miss it are dropped;
+throughputs closer than the cost model's resolution rank as equal, and the tie-break
+(`tune_candidates.tie_break`) then keeps what `accord resolve` picks. The shown candidates are
+resolved for real and predicted again from the resolved values, each with a one-line reason.
+It is separate from the search (`tune_search`) because it only orders what the search found.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from accord.resolver.api import ConflictError, resolve
+from accord.resolver.explaining.report import describe_value
+from accord.resolver.exploring.tune_candidates import Candidate, NoCandidate, TuneResult, tie_break, without_unset
+from accord.resolver.solving.solve import Env
+
+if TYPE_CHECKING:
+    from accord.resolver.exploring.tune_search import Search
+
+
+def rank(search: Search, pool: list[Candidate], baseline: Candidate, source: str) -> TuneResult:
+    """The search's candidates ranked, the shown ones resolved for real; raises NoCandidate (exit 3)
+    when none is left."""
+    prefs = Env(search.plan, dict(search.user), search.facts, {})
+    unique: dict[tuple, Candidate] = {}
+    for c in pool:  # two pin sets that resolve alike are one candidate: keep the closer one
+        kept = unique.get(c.effective)
+        if kept is None or tie_break(c, baseline, prefs) < tie_break(kept, baseline, prefs):
+            unique[c.effective] = c
+    found = list(unique.values())
+    missed = 0
+    if search.sla:
+        kept = [c for c in found if search.sla.met(c.predicted)]
+        missed = len(found) - len(kept)
+        found = kept
+    # Throughputs closer than the model's resolution rank as equal: the tie-break then keeps
+    # what `accord resolve` picks rather than chase a difference the model cannot vouch for.
+    step = math.log1p(float(search.costs.data.get("ranking", {}).get("resolution", 0.0)) or 1e-12)
+    level = lambda x: -math.floor(math.log(max(x, 1e-9)) / step)
+    # Without an SLA the Pareto frontier comes first (each marked `pareto`), then the rest.
+    front = ({id(c) for c in pareto(found, lambda c: tie_break(c, baseline, prefs), level)}
+             if not search.sla else set())
+    order = lambda c: (not c.predicted.get("pareto"), level(c.predicted["throughput_per_gpu"]),
+                       level(c.predicted["throughput_tok_s"]), level(c.predicted["tok_s_per_user"]),
+                       tie_break(c, baseline, prefs))
+    for c in found:
+        c.predicted["pareto"] = id(c) in front
+    found.sort(key=order)
+    # Candidates predicted to run exactly alike are one row: the first by the tie-break.
+    alike: set[tuple] = set()
+    found = [c for c in found if not (_speed(c) in alike or alike.add(_speed(c)))]
+    # The shown candidates are resolved for real: their argv must resolve as is, and the
+    # prediction is redone from the resolved values (the search read them from an example).
+    shown = []
+    seen: list[float] = []
+    for c in found:
+        if len(shown) >= search.beam.get("verify", 12):
+            break
+        figure = c.predicted["throughput_tok_s"]
+        gap = float(search.beam.get("distinct") or 0)
+        if gap and any(abs(figure - other) <= gap * max(figure, other) for other in seen):
+            continue   # `--measure`: only candidates the model tells apart are worth measuring
+        seen.append(figure)
+        done = finish(search, c)
+        if done is not None:
+            shown.append(done)
+    shown.sort(key=order)
+    result = TuneResult(baseline, source, shown, search.judged, search.excluded, search.legal, search.pruned,
+                        search.no_fit, missed, search.device, search.workload, search.sla)
+    result.user_argv = search.argv({})
+    result.facts = search.facts
+    if not shown:
+        why = (f"none of the {search.legal} legal candidates meets the SLA" if search.sla and search.legal
+               else f"no legal candidate leaves KV-cache room for one request of "
+                    f"{search.workload.input_len + search.workload.output_len} tokens")
+        raise NoCandidate(f"accord tune found no candidate: {why} ({search.judged} judged). Loosen "
+                          "--max-ttft-ms / --max-tpot-ms, shorten the workload, or allow more GPUs.")
+    for c in shown:
+        c.why = explain(c, search.facts)
+    if len(shown) > 1:
+        result.versus = versus(shown[0], shown[1])
+    return result
+
+
+def finish(search: Search, c: Candidate) -> Candidate | None:
+    """Resolve a candidate's full command (as `accord resolve` will) and predict from it
+    (None: it does not resolve after all, or leaves no KV room)."""
+    user = {**search.user, **without_unset(c.pins)}
+    try:
+        config = resolve(search.system, user, search.facts)
+    except ConflictError:
+        return None
+    predicted = search.costs.predict(search.reader(search.config_env(config, user)), search.facts,
+                                     search.workload, search.model_extra)
+    if predicted is None:
+        return None
+    if "pareto" in c.predicted:
+        predicted["pareto"] = c.predicted["pareto"]
+    done = Candidate(c.pins, predicted, c.stage, c.effective, family=c.family)
+    done.argv = search.argv(c.pins)
+    return done
+
+
+def pareto(found: list[Candidate], tie: Callable[[Candidate], tuple] = lambda c: (),
+           level: Callable[[float], float] = lambda x: -x) -> list[Candidate]:
+    """The candidates no other beats on both throughput per GPU and tokens/s per user, compared as
+    `level` ranks them (lower is better; of equal ones, the first by `tie`)."""
+    points = sorted(found, key=lambda c: (level(c.predicted["throughput_per_gpu"]),
+                                          level(c.predicted["tok_s_per_user"]), tie(c)))
+    front: list[Candidate] = []
+    best_user = math.inf
+    for c in points:
+        user = level(c.predicted["tok_s_per_user"])
+        if user < best_user:
+            front.append(c)
+            best_user = user
+    return front
+
+
+def explain(c: Candidate, facts: Mapping[str, Any]) -> str:
+    """One line on what decides this candidate's speed."""
+    p = c.predicted
+    return (f"{p['gpus']} GPU(s); KV room {p['kv_gib_per_gpu']} GiB/GPU holds {p['concurrency_fits']} requests; "
+            f"{p['running_per_rank']:g} running per rank; decode step {p['decode_step_ms']} ms "
+            f"({p['bound']}-bound, all-reduce {p['comm_ms']} ms); prefill {p['prefill_ms']} ms")
+
+
+def versus(a: Candidate, b: Candidate) -> str:
+    """Why `a` ranks above `b`, in one line: the flags that differ and the figure that moves most."""
+    names = sorted(set(a.pins) | set(b.pins))
+    shown = lambda v: "unset" if v is None else describe_value(v)
+    differ = [f"{n}={shown(a.pins.get(n))} (vs {shown(b.pins.get(n))})" for n in names
+              if shown(a.pins.get(n)) != shown(b.pins.get(n))]
+    pa, pb = a.predicted, b.predicted
+    figures = [("running per rank", "running_per_rank"), ("decode step ms", "decode_step_ms"),
+               ("prefill ms", "prefill_ms"), ("all-reduce ms", "comm_ms"), ("GPUs", "gpus"),
+               ("KV capacity tokens", "kv_capacity_tokens")]
+
+    def change(key: str) -> float:
+        x, y = pa.get(key) or 0, pb.get(key) or 0
+        return abs(math.log((x + 1e-9) / (y + 1e-9))) if x > 0 and y > 0 else (1.0 if x != y else 0.0)
+
+    label, key = ("GPUs", "gpus") if pa["gpus"] != pb["gpus"] else max(figures, key=lambda f: change(f[1]))
+    gain = pa["throughput_per_gpu"] / pb["throughput_per_gpu"] - 1 if pb["throughput_per_gpu"] else 0
+    return (f"the winner predicts {pa['throughput_per_gpu']:g} vs {pb['throughput_per_gpu']:g} tok/s per GPU "
+            f"({gain:+.1%}) and {pa['tok_s_per_user']:g} vs {pb['tok_s_per_user']:g} tok/s per user: "
+            f"{', '.join(differ) or 'same flags'}; most of it from {label} {pa.get(key)} vs {pb.get(key)}")
+
+
+def _speed(c: Candidate) -> tuple:
+    """What a candidate is predicted to run like: two with the same figures are one row."""
+    p = c.predicted
+    return (p["throughput_tok_s"], p["ttft_ms"], p["tpot_ms"], p["gpus"])
+

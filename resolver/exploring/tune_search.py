@@ -1,0 +1,275 @@
+"""The search of `accord tune`: the stages, their axes, and the solver's verdict on every candidate.
+
+The search never evaluates an illegal candidate: the solver judges every combination before the
+cost model (accord.resolver.exploring.costmodel) predicts it. It runs in stages listed in
+`search:` in rules/<system>/data/costs.yaml, each on top of the best of the one before, because the
+speed axes multiply into millions of combinations: first the layout (every combination of the
+parallel sizes, judged against the baseline's resolve), then for a beam of the best layouts the
+later stages' values (each value on its own first, then every combination of the values legal on
+their own). Every excluded combination is counted against the rule families of the rules that
+exclude it. Ranking what was found is `tune_ranking`'s job.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Iterable, Mapping
+
+from accord.resolver.api import ConflictError, plan_for, resolve
+from accord.resolver.errors import UsageError
+from accord.resolver.explaining.report import describe_value
+from accord.resolver.exploring.costmodel import CostModel, Workload, model_config_extra
+from accord.resolver.exploring.dryrun import candidate_values, values_of
+from accord.resolver.exploring.matrix_rows import launch_words
+from accord.resolver.exploring.tune_candidates import SLA, Candidate, TuneResult, pins_key, without_unset
+from accord.resolver.exploring.tune_ranking import rank
+from accord.resolver.frozen import ResolvedConfig
+from accord.resolver.language.expr_runtime import UnknownFact
+from accord.resolver.solving.pinning import Pinning
+from accord.resolver.solving.solve import Env, Plan
+
+MODEL_FLAG = "model_path"
+
+
+class Search:
+    """One tuning run: the user's flags, the facts, the workload, the cost model."""
+
+    def __init__(self, system: str, user: Mapping[str, Any], facts: Mapping[str, Any], workload: Workload,
+                 sla: SLA = SLA(), allow_quantization: bool = False, cost_model: CostModel | None = None,
+                 beam: Mapping[str, int] | None = None):
+        self.system = system
+        self.plan: Plan = plan_for(system)
+        self.user = dict(user)
+        self.facts = facts
+        self.workload = workload
+        self.sla = sla
+        self.costs = cost_model or CostModel.for_system(system)
+        self.device, _ = self.costs.device(facts)   # an unknown GPU fails before any search
+        self.allow_quantization = allow_quantization
+        self.beam = {**self.costs.data["search"]["beam"], **(beam or {})}
+        self.stages = [name for name in self.costs.data["search"] if name != "beam"]
+        if self.stages[:1] != ["layout"]:
+            raise UsageError("costs.yaml: the first search stage must be `layout` (the parallel sizes).")
+        self.model_extra = model_config_extra(self.user.get(MODEL_FLAG), system)
+        self._derived = {d.id: d for d in self.plan.ruleset.derived}
+        self.judged = 0
+        self.excluded = 0
+        self.legal = 0
+        self.no_fit = 0
+        self.pruned: dict[str, int] = {}
+        self.judged_keys: set[tuple] = set()
+
+    # -- axes ---------------------------------------------------------------------------------
+    def axes(self, stage: str, baseline: Mapping[str, Any]) -> dict[str, list[Any]]:
+        """The flags a stage varies and their values (the baseline's own value among them)."""
+        spec = self.costs.data["search"][stage]
+        moe = bool(self.facts.get("model.moe_experts"))
+        draft = self.user.get(self.costs.roles["draft_model"]) is not None
+        found: dict[str, list[Any]] = {}
+        for name, entry in spec.items():
+            entry = entry if isinstance(entry, dict) else {"values": entry}
+            if name in self.user or name not in self.plan.catalog:
+                continue
+            if (entry.get("moe_only") and not moe) or (entry.get("draft_only") and not draft) \
+                    or (entry.get("quantization_only") and not self.allow_quantization):
+                continue
+            values = entry["values"]
+            if values == "candidates":
+                values = candidate_values(self.plan, name, [self.facts])
+            elif values == "choices":
+                values = [v for v in values_of(self.plan, name) if v is not None]
+            values = list(values)
+            if name in baseline and describe_value(baseline[name]) not in map(describe_value, values):
+                values.append(baseline[name])
+            if entry.get("quantization_only") and None not in values:
+                values.insert(0, None)   # unquantized stays a candidate
+            found[name] = list({describe_value(v): v for v in values}.values())
+        return found
+
+    # -- judging ------------------------------------------------------------------------------
+    def judge(self, pinning: Pinning, pins: Mapping[str, Any], base: Mapping[str, Any] = {}) -> bool:
+        """Ask the solver; count the verdict (an exclusion against its rule families)."""
+        pins = without_unset(pins)
+        key = pins_key({**base, **pins})
+        self.judged += 1
+        self.judged_keys.add(key)
+        groups = pinning.first_exclusion(pins)
+        if groups is None:
+            return True
+        self.excluded += 1
+        families = sorted({_family(rule.id) for group in groups for rule in group}) or ["(joint)"]
+        for family in families:
+            self.pruned[family] = self.pruned.get(family, 0) + 1
+        return False
+
+    def reader(self, env: Env) -> Callable[[str], Any]:
+        def read(name: str) -> Any:
+            derived = self._derived.get(name)
+            if derived is not None:
+                try:
+                    return derived.expr(env)
+                except UnknownFact:  # the cost model treats an unknown size as absent
+                    return None
+            return env.flag(name)
+        return read
+
+    def predict(self, env: Env, pins: Mapping[str, Any], stage: str) -> Candidate | None:
+        read = self.reader(env)
+        predicted = self.costs.predict(read, self.facts, self.workload, self.model_extra)
+        self.legal += 1
+        if predicted is None:
+            self.no_fit += 1
+            return None
+        effective = self.effective(read)
+        family = read(self.costs.roles["decode_attention"]) or read(self.costs.roles["attention"]) or "default"
+        return Candidate(dict(pins), predicted, stage, effective, family=str(family))
+
+    def effective(self, read: Callable[[str], Any]) -> tuple:
+        """The values of every flag the cost model reads, in one fixed order."""
+        return tuple(describe_value(read(name)) for name in sorted(set(self.costs.roles.values()))
+                     if name in self.plan.catalog)
+
+    def config_env(self, config: ResolvedConfig, user: Mapping[str, Any]) -> Env:
+        return Env(self.plan, dict(user), self.facts, dict(config.values))
+
+    # -- the stages -----------------------------------------------------------------------------
+    def run(self) -> TuneResult:
+        baseline_config, source = self.baseline_config()
+        relaxed = {n: baseline_config.values[n] for n, p in baseline_config.provenance.items()
+                   if p.get("source") == "relax"}
+        base_user = {**self.user, **relaxed}
+        base_values = dict(baseline_config.values)
+        stage_axes = {stage: self.axes(stage, base_values) for stage in self.stages}
+        layout_axes = stage_axes["layout"]
+        # The baseline as a candidate: every axis at its resolved value, judged like the others.
+        baseline_pins = {n: base_values[n] for axes in stage_axes.values() for n in axes}
+        baseline_pins.update(relaxed)
+        root = Pinning(self.plan, self.user, self.facts, baseline_config)
+
+        pool: list[Candidate] = []
+        layouts: list[tuple[Candidate, ResolvedConfig]] = []
+        base_layout = {n: base_values[n] for n in layout_axes}
+        base_layout.update({n: v for n, v in relaxed.items() if n not in layout_axes})
+        for combo in _product(layout_axes):
+            if not self.judge(root, combo):
+                continue
+            try:
+                config = resolve(self.system, {**self.user, **combo}, self.facts)
+            except ConflictError:
+                continue
+            found = self.predict(self.config_env(config, {**self.user, **combo}), combo, "layout")
+            if found is not None:
+                layouts.append((found, config))
+                pool.append(found)
+        if not any(_same(c.pins, base_layout) for c, _ in layouts):
+            config = resolve(self.system, {**self.user, **base_layout}, self.facts)
+            found = self.predict(self.config_env(config, {**self.user, **base_layout}), base_layout, "layout")
+            if found is not None:
+                layouts.append((found, config))
+
+        # Later stages: each expands the best of the one before (and the baseline's values).
+        parents = [(c, Pinning(self.plan, {**self.user, **c.pins}, self.facts, config)) for c, config in layouts]
+        must = dict(base_layout)
+        previous = "layout"
+        for stage in self.stages[1:]:
+            axes = stage_axes[stage]
+            chosen = {id(c) for c in self.best([c for c, _ in parents], self.beam[previous], must=must)}
+            parents = [(c, p) for c, p in parents if id(c) in chosen]
+            parents = self.expand(parents, axes, stage, pool) + parents
+            must.update({n: base_values[n] for n in axes})
+            previous = stage
+        # The baseline's prediction comes from its own resolve; None: no KV room at this workload.
+        predicted = self.costs.predict(self.reader(self.config_env(baseline_config, base_user)), self.facts,
+                                       self.workload, self.model_extra)
+        read = self.reader(self.config_env(baseline_config, base_user))
+        baseline = Candidate(baseline_pins, predicted or {}, "baseline", self.effective(read))
+        baseline.argv = self.argv(relaxed)
+        if pins_key(baseline_pins) not in self.judged_keys:  # always judged, like every candidate
+            self.judge(root, baseline_pins)
+        return rank(self, pool, baseline, source)
+
+    def expand(self, parents: list[tuple[Candidate, Pinning]], axes: Mapping[str, list[Any]], stage: str,
+               pool: list[Candidate]) -> list[tuple[Candidate, Pinning]]:
+        """Each parent with every legal combination of the stage's values: each value is judged on
+        its own first, then every combination of the values legal on their own."""
+        found: list[tuple[Candidate, Pinning]] = []
+        if not axes:
+            return found
+        for parent, pinning in parents:
+            fixed = {k: v for k, v in parent.pins.items() if k in pinning.user}
+            extra = {k: v for k, v in parent.pins.items() if k not in pinning.user}
+            # A value the parent already runs with is left unset (None): the command stays short,
+            # and the prediction still reads what it resolves to.
+            env = pinning.environment(without_unset(extra))
+            singles = {}
+            for name, values in axes.items():
+                current = describe_value(env.flag(name))
+                tried = list({describe_value(v): (None if describe_value(v) == current else v) for v in values}.values())
+                singles[name] = [v for v in tried if v is None or self.judge(pinning, {**extra, name: v}, fixed)]
+            for combo in _product(singles):
+                pins = {**extra, **combo}
+                if len(combo) > 1 and not self.judge(pinning, pins, fixed):
+                    continue
+                candidate = self.predict(pinning.environment(without_unset(pins)), {**parent.pins, **combo}, stage)
+                if candidate is not None:
+                    found.append((candidate, pinning))
+                    pool.append(candidate)
+        return found
+
+    def baseline_config(self) -> tuple[ResolvedConfig, str]:
+        """What `accord resolve` picks for the user's command; with `--relax` when it conflicts."""
+        try:
+            return resolve(self.system, self.user, self.facts), "resolve"
+        except ConflictError as err:
+            try:
+                return resolve(self.system, self.user, self.facts, relax=True), "resolve --relax"
+            except ConflictError:
+                raise err from None
+
+    def best(self, found: list[Candidate], width: int, must: Mapping[str, Any]) -> list[Candidate]:
+        """The beam: the best `width` by the ranking's objective (half by throughput, half by
+        tokens/s per user) and the candidate holding the baseline's values."""
+        meets = (lambda c: self.sla.met(c.predicted)) if self.sla else (lambda c: True)
+        by_total = sorted(found, key=lambda c: (not meets(c), -c.predicted["throughput_per_gpu"]))
+        by_user = sorted(found, key=lambda c: (not meets(c), -c.predicted["tok_s_per_user"]))
+        half = max(1, width // 2)
+        chosen = _unique(by_total[:half] + by_user[:width - half])
+        chosen += [c for c in found if _same({k: c.pins.get(k) for k in must}, must)][:1]
+        return _unique(chosen)
+
+    def argv(self, pins: Mapping[str, Any]) -> list[str]:
+        """The launch command: the user's flags as typed, then the search's."""
+        words: list[str] = []
+        for name, value in {**self.user, **pins}.items():
+            if name not in self.user and (value is None or self._plain_default(name, value)):
+                continue
+            words += launch_words(self.plan.catalog, name, value)
+        return words
+
+    def _plain_default(self, name: str, value: Any) -> bool:
+        """The value is the flag's catalog default and no rule computes the flag: typing it
+        changes nothing, so the command leaves it out."""
+        return name not in self.plan.computed and describe_value(value) == describe_value(self.plan.catalog[name].default)
+
+
+def _family(rule_id: str) -> str:
+    """`par.tp.divides_heads` -> `par.`: what the pruning counts are grouped by."""
+    return rule_id.split(".", 1)[0] + "."
+
+
+def _product(axes: Mapping[str, list[Any]]) -> Iterable[dict[str, Any]]:
+    """Every combination of the axes' values, as pins, in the axes' order."""
+    names = list(axes)
+    for values in itertools.product(*(axes[n] for n in names)):
+        yield dict(zip(names, values))
+
+
+def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return pins_key(a) == pins_key(b)
+
+
+def _unique(found: list[Candidate]) -> list[Candidate]:
+    """The candidates in order, each object once."""
+    seen: set[int] = set()
+    return [c for c in found if not (id(c) in seen or seen.add(id(c)))]
+
