@@ -185,7 +185,35 @@ def upstream_rewrite(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, An
     """For `--relax`: every conflict answered by its rule's own `fix:` hint (upstream's rewrite),
     verified with those values counted as upstream's rather than typed (None when a conflict has
     no hint, a hint needs a placeholder, the preference ranking puts another of the conflict's
-    fixes before its hint, or the rewrites together do not resolve)."""
+    fixes before its hint, or the rewrites together do not resolve).
+
+    Upstream rewrites in one pass, so a rewrite can uncover the next: under DP attention it
+    rescales a typed `--chunked-prefill-size` and then a typed `--schedule-conservativeness`, but
+    the minimal conflict of the first holds the flags the second needs, so the second shows only
+    once the first is rewritten. Such conflicts are answered in rounds, each by its own rule's
+    hint, and the whole is verified at the end."""
+    parts = _hinted(plan, user, facts, conflicts)
+    for _ in range(MAX_ROUNDS):
+        if parts is None:
+            return None
+        fix = combine([part for part, _ in parts])
+        if fix is None:
+            return None
+        if plan.satisfiable(fix.apply(user, as_upstream=True), facts):
+            return parts
+        # What is left once the rewritten flags are upstream's: the typed values they leave.
+        rest = {k: v for k, v in user.items() if k not in fix.flags()}
+        more = find_conflicts(plan, rest, facts) if not plan.satisfiable(rest, facts) else []
+        if not more:
+            return None
+        extra = _hinted(plan, rest, facts, more)
+        parts = None if extra is None else parts + extra
+    return None
+
+
+def _hinted(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
+            conflicts: list) -> list[tuple[Fix, Any]] | None:
+    """Each conflict with its rule's own hint, when every conflict has one the ranking offers first."""
     by_id = plan.ruleset.by_id()
     env = Env(plan, dict(user), facts, {})
     parts = []
@@ -198,9 +226,6 @@ def upstream_rewrite(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, An
                 (hints[0].key() in offered and offered[0] != hints[0].key()):
             return None  # the preference ranking puts another fix first (the hint leaves no KV room, say)
         parts.append((hints[0], conflict))
-    fix = combine([part for part, _ in parts])
-    if fix is None or not plan.satisfiable(fix.apply(user, as_upstream=True), facts):
-        return None
     return parts
 
 
