@@ -32,33 +32,34 @@ from accord.resolver.solving.solve import Env, Plan
 PREFERENCES_DIR = RULES_DIR / "preferences"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class SpeedOrder:
-    """One flag's fastest-first order: (condition, values) cases, and the values always last."""
+    """One flag's fastest-first order: (condition, values) cases, and the values always last.
+
+    Compared and hashed by identity: the cache layer keys its `speed_order` answers by the order
+    itself (and by the values of the facts its cases read), so a replaced order never meets the
+    answers of the one it replaced."""
 
     cases: tuple[tuple[Expr | None, tuple[Any, ...]], ...]
     slowest: tuple[Any, ...]
-    # the order per value of the facts the cases read, when they read no flag (a fix search asks
-    # for every candidate, always on the same machine)
-    _memo: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        conditions = [when for when, _ in self.cases if when is not None]
+        # The facts the cases read, when they read no flag (None: the order can change with flags).
+        reads = (None if any(when.flags for when in conditions) else
+                 tuple(sorted(set().union(*(when.facts for when in conditions)))))
+        object.__setattr__(self, "_fact_reads", reads)
 
     def order(self, env: Env) -> tuple[Any, ...]:
-        keys = self._memo.get(None)
-        if keys is None:  # the facts the cases read, worked out once (None: they read flags too)
-            conditions = [when for when, _ in self.cases if when is not None]
-            keys = self._memo[None] = (() if any(when.flags for when in conditions) else
-                                       tuple(sorted(set().union(*(when.facts for when in conditions)))),)
-        if not keys[0] and any(when is not None and when.flags for when, _ in self.cases):
+        """The values in this order for `env`. When the cases read facts only, the answer is kept
+        per value of those facts (resolver/solving/cache.py): a fix search asks for every
+        candidate, always on the same machine."""
+        reads = self._fact_reads
+        if reads is None:
             return self._order(env)
         facts = env.facts
-        key = tuple(repr(facts.get(k, KeyError)) for k in keys[0])
-        found = self._memo.get(key)
-        if found is None:
-            if len(self._memo) > 64:
-                self._memo.clear()
-                self._memo[None] = keys
-            found = self._memo[key] = self._order(env)
-        return found
+        key = (self, tuple([repr(facts.get(name, KeyError)) for name in reads]))
+        return env.plan.cache.lookup("speed_order", key, lambda: self._order(env), 1024)
 
     def _order(self, env: Env) -> tuple[Any, ...]:
         for when, values in self.cases:
