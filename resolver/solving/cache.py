@@ -24,9 +24,7 @@ Every store, where its question is asked:
 - per rule set (`Plan.cache`), keyed by the set flags and more: `depends` and `pinning`
   (resolver/solving/solve.py, filled in by the solver and by resolver/solving/pinning.py),
   `shared`, `holds_anyway`, `warnings_to_check`, `constants`, `structure`, `for_facts` (solve.py),
-  `reach_index`, `reach_layout`, `reach_affected`, `reach_touched` (resolver/solving/reach.py), and
-  `speed_order` (resolver/solving/preference.py: a flag's fastest-first order for the facts its
-  cases read);
+  `reach_index`, `reach_layout`, `reach_affected`, `reach_touched` (resolver/solving/reach.py);
 - per process: `config_json_pieces` and `config_key_orders` (resolver/frozen.py: the JSON text of
   one (name, value) and the sorted names of a mapping, from which the config hash is written).
 
@@ -35,7 +33,8 @@ rule set rather than per question (the plan itself in resolver/language/plancach
 preferences file read per plan by `preference.preferences_for`); the facts key `Plan` remembers for
 the last facts mapping (an identity check, used only while this layer is on); and the working
 state of one object's life (an `Env`'s verdicts, a `Pinning`'s examples, a `Nearby`'s reach),
-dropped with it.
+dropped with it. Measured and not kept at all: a flag's fastest-first order
+(resolver/solving/preference.py), cheaper to work out than to look up.
 """
 
 from __future__ import annotations

@@ -32,36 +32,18 @@ from accord.resolver.solving.solve import Env, Plan
 PREFERENCES_DIR = RULES_DIR / "preferences"
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True)
 class SpeedOrder:
     """One flag's fastest-first order: (condition, values) cases, and the values always last.
 
-    Compared and hashed by identity: the cache layer keys its `speed_order` answers by the order
-    itself (and by the values of the facts its cases read), so a replaced order never meets the
-    answers of the one it replaced."""
+    Worked out afresh each time it is asked, not kept by the cache layer: its cases read a few
+    facts, and evaluating them costs less than writing a lookup key from those facts' values."""
 
     cases: tuple[tuple[Expr | None, tuple[Any, ...]], ...]
     slowest: tuple[Any, ...]
 
-    def __post_init__(self) -> None:
-        conditions = [when for when, _ in self.cases if when is not None]
-        # The facts the cases read, when they read no flag (None: the order can change with flags).
-        reads = (None if any(when.flags for when in conditions) else
-                 tuple(sorted(set().union(*(when.facts for when in conditions)))))
-        object.__setattr__(self, "_fact_reads", reads)
-
     def order(self, env: Env) -> tuple[Any, ...]:
-        """The values in this order for `env`. When the cases read facts only, the answer is kept
-        per value of those facts (resolver/solving/cache.py): a fix search asks for every
-        candidate, always on the same machine."""
-        reads = self._fact_reads
-        if reads is None:
-            return self._order(env)
-        facts = env.facts
-        key = (self, tuple([repr(facts.get(name, KeyError)) for name in reads]))
-        return env.plan.cache.lookup("speed_order", key, lambda: self._order(env), 1024)
-
-    def _order(self, env: Env) -> tuple[Any, ...]:
+        """The values in this order for `env`: those of the first case that holds."""
         for when, values in self.cases:
             try:
                 if when is None or when(env):
