@@ -34,7 +34,10 @@ preferences file read per plan by `preference.preferences_for`); the facts key `
 the last facts mapping (an identity check, used only while this layer is on); and the working
 state of one object's life (an `Env`'s verdicts, a `Pinning`'s examples, a `Nearby`'s reach),
 dropped with it. Measured and not kept at all: a flag's fastest-first order
-(resolver/solving/preference.py), cheaper to work out than to look up.
+(resolver/solving/preference.py), cheaper to work out than to look up. Outside the solver, the
+loaders of files read once per process (catalogs, presets, `rules/*.yaml` tables, `api.plan_for`)
+keep what they read with `functools.lru_cache`, and a few per-plan tables of the dry run and the
+commands keep what depends on the rules alone: data, not answers to a question.
 """
 
 from __future__ import annotations
