@@ -14,6 +14,11 @@ With the layer on, the per-launch values (`Plan.shared`) are dropped before each
 bench_resolve.py, so repeating one launch is not answered from memory; what is kept per set of set
 flags stays.
 
+Then what the process stores save (`config_json_pieces`, `config_key_orders`: the JSON pieces the
+config hash of resolver/frozen.py is written from): the hash of TYPICAL's resolved config from kept
+pieces and with the layer off (frozen.py then hands the whole config to the JSON encoder, as it
+would without the stores), next to the hot resolve that computes one hash.
+
     python benchmarks/bench_cache_layer.py [--runs 7]
 """
 
@@ -28,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_resolve import CONFLICT, TYPICAL, conflict, hot, measure  # noqa: E402
 
-from accord.resolver.api import plan_for  # noqa: E402
+from accord.resolver import frozen  # noqa: E402
+from accord.resolver.api import plan_for, resolve  # noqa: E402
 from accord.resolver.commandline.flagparse import parse_flags  # noqa: E402
 from accord.resolver.exploring.dryrun import dry_run  # noqa: E402
 from accord.resolver.facts.machine import load_facts  # noqa: E402
@@ -51,10 +57,32 @@ def _tune():
     return lambda: tune("llm", {"model_path": path}, facts, Workload(1024, 256, concurrency=128))
 
 
+def _hash_figures(runs: int) -> None:
+    """The config hash from the process stores' pieces, and with the layer off (the JSON encoder)."""
+    _, parsed = parse_flags(TYPICAL)
+    facts = load_facts("h100", model_path=parsed.values.get("model_path"), system=parsed.system)
+    config = resolve(parsed.system, parsed.values, facts, parsed.sources)
+    args = (config.system, frozen.thaw(config.facts), frozen.thaw(config.values))
+
+    with cache.cached():
+        kept = measure(lambda: frozen.config_hash(*args), runs)
+        hot_ms = measure(lambda: hot(TYPICAL, "h100"), runs, plan_for("llm").forget_values)
+    with cache.uncached():
+        assert frozen.config_hash(*args) == config.hash
+        off = measure(lambda: frozen.config_hash(*args), runs)
+    print(f"config hash of TYPICAL ({len(args[2])} values, median us): pieces kept {kept[0] * 1e3:6.1f}, "
+          f"layer off (JSON encoder) {off[0] * 1e3:6.1f}: the stores save "
+          f"{(off[0] - kept[0]) / hot_ms[0] * 100:4.1f}% of a hot resolve ({hot_ms[0]:.2f} ms)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7, help="runs per figure (the median is printed)")
+    parser.add_argument("--hash-only", action="store_true", help="print only the process stores' figure")
     args = parser.parse_args()
+    if args.hash_only:
+        _hash_figures(args.runs * 100)
+        return
     forget = plan_for("llm").forget_values
     questions = [
         ("hot resolve (typical llm launch, h100)", lambda: hot(TYPICAL, "h100"), args.runs * 10),
@@ -71,6 +99,7 @@ def main() -> None:
             fn()
             off = measure(fn, runs)
         print(f"{label:42s} {on[0]:9.1f} ({on[1]:7.1f}) {off[0]:9.1f} ({off[1]:7.1f})  {off[0] / on[0]:5.1f}x")
+    _hash_figures(args.runs * 100)
     print(f"machine load average during the run: {os.getloadavg()[0]:.2f} (wall figures are noisy above "
           f"{os.cpu_count()}, the core count)")
 

@@ -13,7 +13,7 @@ from json.encoder import encode_basestring
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from accord.resolver.solving.memo import remember
+from accord.resolver.solving.cache import enabled, process_store
 
 
 def _plain(value: Any) -> Any:
@@ -32,12 +32,13 @@ def canonical_json(obj: Any) -> str:
     return _ENCODER.encode(obj)
 
 
-# Pieces of `_flat_json`, kept between configs: a config's ~500 values are mostly the same from one
-# launch to the next (catalog defaults), and writing each as JSON, and sorting the names, costs
-# more than the rest of a hot resolve's bookkeeping. Bounded: emptied when full.
-_PIECES: dict[tuple, str] = {}      # (name, type, value) -> '"name":value'
-_ORDERS: dict[tuple, list] = {}     # the names of a mapping, in its order -> the same sorted
-_MEMO_LIMIT = 65536
+# Pieces of `_flat_json`, kept between configs by the cache layer (resolver/solving/cache.py: one
+# policy, bounded, off with ACCORD_SOLVER_CACHE=0): a config's ~500 values are mostly the same from
+# one launch to the next (catalog defaults), and writing each as JSON, and sorting the names, costs
+# more than the rest of a hot resolve's bookkeeping (benchmarks/bench_cache_layer.py prints what
+# they save on a hot resolve).
+_PIECES = process_store("config_json_pieces", 65536)   # (name, type, value) -> '"name":value'
+_ORDERS = process_store("config_key_orders", 65536)    # the names of a mapping, in its order -> sorted
 # How JSON writes the values whose piece is kept: those that equal only values writing the same
 # JSON once the type is part of the key (floats are not: 0.0 == -0.0, and NaN equals nothing).
 # These are the encoder's own writers, called directly: a cold run writes every piece once.
@@ -46,13 +47,14 @@ _WRITERS: dict[type, Any] = {str: encode_basestring, int: int.__repr__,
 
 
 def _flat_json(mapping: Mapping[str, Any]) -> str:
-    """`canonical_json(mapping)` for a mapping with string keys, built from remembered pieces."""
+    """`canonical_json(mapping)` for a mapping with string keys, built from kept pieces."""
     names = tuple(mapping)
-    order = _ORDERS.get(names)
+    order = _ORDERS.view().get(names)
     if order is None:
         if not all(type(name) is str for name in names):
             return canonical_json(mapping)
-        order = remember(_ORDERS, names, sorted(names), _MEMO_LIMIT)
+        order = _ORDERS.keep(names, sorted(names))
+    kept = _PIECES.view()  # read directly: a store call per value would cost what it saves
     pieces = []
     for name in order:
         value = mapping[name]
@@ -60,9 +62,9 @@ def _flat_json(mapping: Mapping[str, Any]) -> str:
         write = _WRITERS.get(kind)
         if write is not None:
             key = (name, kind, value)
-            piece = _PIECES.get(key)
+            piece = kept.get(key)
             if piece is None:
-                piece = remember(_PIECES, key, f"{encode_basestring(name)}:{write(value)}", _MEMO_LIMIT)
+                piece = _PIECES.keep(key, f"{encode_basestring(name)}:{write(value)}")
         elif kind is float:  # written each time (see `_WRITERS`), but without the encoder's overhead
             piece = f"{encode_basestring(name)}:{_float_json(value)}"
         else:
@@ -81,8 +83,12 @@ def _float_json(value: float) -> str:
 
 
 def config_hash(system: str, facts: Mapping[str, Any], values: Mapping[str, Any]) -> str:
-    """SHA-256 of `canonical_json({"system": system, "facts": facts, "values": values})`."""
-    text = f'{{"facts":{_flat_json(facts)},"system":{canonical_json(system)},"values":{_flat_json(values)}}}'
+    """SHA-256 of `canonical_json({"system": system, "facts": facts, "values": values})`: written
+    from kept pieces, or, with the cache layer off, by the JSON encoder itself (the reference)."""
+    if enabled():
+        text = f'{{"facts":{_flat_json(facts)},"system":{canonical_json(system)},"values":{_flat_json(values)}}}'
+    else:
+        text = canonical_json({"system": system, "facts": facts, "values": values})
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

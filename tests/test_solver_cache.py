@@ -4,13 +4,13 @@ resolver/solving/cache.py keeps the solver's answers between questions; the refe
 (resolver/solving/core.py) must give the same ones with the layer switched off. Random launches
 (tests/test_properties.py's generator: a preset and up to four rule-relevant flags) go through
 both paths, and everything a user sees must agree: the resolved values and their origins, or the
-conflicts with their explanations, fixes and combined fix, the `--relax` result, and the dry run's
-legal values. The cached path runs second, on caches warmed by every earlier example, so a stale
+conflicts with their explanations, fixes and combined fix, the `--relax` result, the dry run's
+legal values, and the config hash (written from the process stores' JSON pieces). The cached path runs second, on caches warmed by every earlier example, so a stale
 or wrongly keyed answer shows up as a difference.
 
 Two tests, because a whole command's answers (an explanation, the dry run of every flag) take
 seconds without the layer: the solver's own answers (`Plan.solve`, `decisions`, `satisfiable`,
-`decision_groups`, `holds_anyway`, `warnings_to_check`) on `ACCORD_CACHE_EXAMPLES` launches per
+`decision_groups`, `holds_anyway`, `warnings_to_check`, and the hash of the solved values) on `ACCORD_CACHE_EXAMPLES` launches per
 system (default 40), and everything a command prints on `ACCORD_CACHE_COMMANDS` launches per
 system (default 8). `ACCORD_CACHE_SEED` draws a different set of launches (default: derandomized,
 the same every run), so long runs can be split. A long run:
@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
@@ -30,6 +32,7 @@ from accord.resolver import api
 from accord.resolver.api import ConflictError
 from accord.resolver.exploring.dryrun import dry_run
 from accord.resolver.facts.machine import load_preset
+from accord.resolver.frozen import config_hash
 from accord.resolver.language.catalog import SYSTEMS
 from accord.resolver.solving import cache
 from tests.test_properties import launches
@@ -60,6 +63,7 @@ def _solver_answers(system: str, preset: str, user: dict) -> str:
         "decision_groups": [(names, [r.id for r in rules]) for names, rules in plan.decision_groups(user)],
         "holds_anyway": [sorted(r.id for r in plan.hard_rules if id(r) in ids) for ids in anyway],
         "warnings_to_check": [r.id for r in plan.warnings_to_check(user)],
+        "config_hash": config_hash(system, facts, outcome.values),
     }
     return json.dumps(out, default=repr, sort_keys=True)
 
@@ -137,3 +141,78 @@ def test_a_full_store_is_emptied_not_grown():
             store.lookup("q", key, lambda: key, 4)
         assert store.lookup("q", 9, lambda: "again", 4) == 9          # the latest answer is kept
         assert store.lookup("q", 0, lambda: "again", 4) == "again"    # an early one was dropped
+
+
+def test_a_store_switched_off_keeps_nothing_and_its_view_is_empty():
+    """A process store (read through `view` in hot loops) follows the same switch and bound."""
+    store = cache.Store("q", 4)
+    with cache.uncached():
+        assert store.keep("k", 1) == 1 and len(store) == 0 and dict(store.view()) == {}
+        assert store.lookup("k", lambda: 2) == 2 and len(store) == 0
+    with cache.cached():
+        for key in range(6):
+            store.keep(key, key)
+        assert dict(store.view()) == {4: 4, 5: 5}  # emptied when full, then the latest kept
+        assert store.lookup(5, lambda: "again") == 5
+
+
+# -- every store is named in the layer and exercised by the property --------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+STORE_NAMING = re.compile(r"""(?:\.lookup|process_store)\(\s*["']([a-z_]+)["']""")
+
+
+def _stores_in_source() -> dict[str, str]:
+    """Every store the resolver asks the cache layer for, by name -> the file that asks."""
+    found = {}
+    for path in sorted((REPO / "resolver").rglob("*.py")):
+        for name in STORE_NAMING.findall(path.read_text()):
+            found[name] = str(path.relative_to(REPO))
+    return found
+
+
+def test_every_store_is_listed_in_the_cache_layer():
+    """resolver/solving/cache.py is the one place to read about every memo: each store is named there."""
+    stores = _stores_in_source()
+    assert {"structure", "shared", "config_json_pieces"} <= set(stores)  # the scan finds stores
+    unlisted = {name: where for name, where in stores.items() if f"`{name}`" not in cache.__doc__}
+    assert not unlisted, f"stores missing from resolver/solving/cache.py's docstring: {unlisted}"
+
+
+def test_no_memo_outside_the_cache_layer_in_the_solver_or_the_frozen_config():
+    """The solver and the config hash keep nothing of their own between questions: no functools
+    cache, no private `_memo`, no `remember(` helper (what they keep, they keep in a store)."""
+    paths = [*sorted((REPO / "resolver" / "solving").glob("*.py")), REPO / "resolver" / "frozen.py"]
+    offenders = [f"{path.relative_to(REPO)}:{n}" for path in paths if path.name != "cache.py"
+                 for n, line in enumerate(path.read_text().splitlines(), 1)
+                 if re.search(r"lru_cache|functools\.cache\b|_memo\b|\bremember\(", line)]
+    assert not offenders, offenders
+
+
+def test_the_compared_commands_reach_every_store_and_uncached_they_keep_nothing():
+    """A conflict (explanation, fixes, relax, dry run) and a legal launch use every store, so the
+    property tests above compare answers that went through each; switched off, none keeps any."""
+    launches = [("b200", {"tp_size": 16, "attention_backend": "fa3", "kv_cache_dtype": "fp4_e2m1"}),
+                ("b200", {"tp_size": 2})]
+    plan = api.plan_for("llm")
+    process = cache.process_stores
+
+    def run_all():
+        for preset, user in launches:
+            _command_answers("llm", preset, user)
+            _solver_answers("llm", preset, user)
+
+    plan.cache.forget()
+    for store in process().values():
+        store.forget()
+    with cache.uncached():
+        run_all()
+        kept = {name: plan.cache.kept(name) for name in _stores_in_source()}
+        kept.update({name: len(store) for name, store in process().items()})
+        assert not any(kept.values()), kept
+    with cache.cached():
+        run_all()
+        kept = {name: plan.cache.kept(name) for name in _stores_in_source() if name not in process()}
+        kept.update({name: len(store) for name, store in process().items()})
+    assert set(kept) == set(_stores_in_source())
+    assert all(kept.values()), {name: count for name, count in kept.items() if not count}

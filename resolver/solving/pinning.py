@@ -42,14 +42,14 @@ class Pinning:
         self._stable = {n: v for n, v in self._values.items() if n not in self.user}
         # Reach, and the rules pins touch, depend only on which flags are set, never on values:
         # shared by every Pinning of a launch with the same flags set (the UI's next change).
-        memo = plan.pinning_memo(self.user)
-        self._reach: dict[str, frozenset[str]] = memo.setdefault("reach", {})
-        self._rule_reach: dict[int, frozenset[str]] = memo.setdefault("rule_reach", {})
+        shared = plan.pinning_table(self.user)
+        self._reach: dict[str, frozenset[str]] = shared.setdefault("reach", {})
+        self._rule_reach: dict[int, frozenset[str]] = shared.setdefault("rule_reach", {})
         if not self._rule_reach:
             self._rule_reach.update((id(rule), self._reach_all(_read_by(rule, hard=True))) for rule in plan.hard_rules)
-        self._touching: dict[frozenset[str], list[Rule]] = memo.setdefault("touching", {})
-        self._linked: dict[frozenset[str], list[Rule]] = memo.setdefault("linked", {})
-        self._memo = memo
+        self._touching: dict[frozenset[str], list[Rule]] = shared.setdefault("touching", {})
+        self._linked: dict[frozenset[str], list[Rule]] = shared.setdefault("linked", {})
+        self._shared = shared
         self._examples: dict[frozenset[str], tuple[dict[str, Any], dict[str, Any]]] = {}
         self._clean: set[tuple] = {()}  # pin sets whose example holds (no pins: the resolved config)
 
@@ -154,13 +154,13 @@ class Pinning:
 
     def _reached_from(self, names: frozenset[str]) -> set[str]:
         """Every flag whose reach holds one of `names` (they themselves included)."""
-        inverse = self._memo.get("inverse")
+        inverse = self._shared.get("inverse")
         if inverse is None:
             inverse = {}
             for flag in self.plan.catalog.flags:
                 for pinned in self.reach(flag):
                     inverse.setdefault(pinned, set()).add(flag)
-            self._memo["inverse"] = inverse
+            self._shared["inverse"] = inverse
         return set().union(*(inverse.get(name, ()) for name in names))
 
     def _unchecked(self, pins: Mapping[str, Any]) -> frozenset[str]:
@@ -185,7 +185,7 @@ class Pinning:
         if names not in self._linked:
             keys = {**self.user, **dict.fromkeys(names)}
             deps = [(rule, self.plan.rule_depends(rule, keys)) for rule in self.plan.hard_rules]
-            memo = self.plan.depends_memo(keys)
+            memo = self.plan.depends_table(keys)
             chosen = {id(r) for r in self.touching(names)}
             variables: set[str] = set().union(*(d for r, d in deps if id(r) in chosen))
             grown = True

@@ -36,33 +36,16 @@ PREFERENCES_DIR = RULES_DIR / "preferences"
 
 @dataclasses.dataclass(frozen=True)
 class SpeedOrder:
-    """One flag's fastest-first order: (condition, values) cases, and the values always last."""
+    """One flag's fastest-first order: (condition, values) cases, and the values always last.
+
+    Worked out afresh each time it is asked, not kept by the cache layer: its cases read a few
+    facts, and evaluating them costs less than writing a lookup key from those facts' values."""
 
     cases: tuple[tuple[Expr | None, tuple[Any, ...]], ...]
     slowest: tuple[Any, ...]
-    # the order per value of the facts the cases read, when they read no flag (a fix search asks
-    # for every candidate, always on the same machine)
-    _memo: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def order(self, env: Env) -> tuple[Any, ...]:
-        keys = self._memo.get(None)
-        if keys is None:  # the facts the cases read, worked out once (None: they read flags too)
-            conditions = [when for when, _ in self.cases if when is not None]
-            keys = self._memo[None] = (() if any(when.flags for when in conditions) else
-                                       tuple(sorted(set().union(*(when.facts for when in conditions)))),)
-        if not keys[0] and any(when is not None and when.flags for when, _ in self.cases):
-            return self._order(env)
-        facts = env.facts
-        key = tuple(repr(facts.get(k, KeyError)) for k in keys[0])
-        found = self._memo.get(key)
-        if found is None:
-            if len(self._memo) > 64:
-                self._memo.clear()
-                self._memo[None] = keys
-            found = self._memo[key] = self._order(env)
-        return found
-
-    def _order(self, env: Env) -> tuple[Any, ...]:
+        """The values in this order for `env`: those of the first case that holds."""
         for when, values in self.cases:
             try:
                 if when is None or when(env):

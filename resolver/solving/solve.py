@@ -114,7 +114,7 @@ class Plan:
 
     def depends(self, names: Iterable[str], user: Mapping[str, Any], memo: dict[str, frozenset]) -> frozenset:
         """The decision variables that the given flags' values depend on (`memo`: the working memo
-        for these set flags, `depends_memo`)."""
+        for these set flags, `depends_table`)."""
         out: set[str] = set()
         for name in names:
             if name in user or name not in self.catalog:
@@ -134,21 +134,21 @@ class Plan:
         """The flags a decision's prefer rules read (its eligibility)."""
         return self._prefer_reads[flag]
 
-    def _memo(self, user: Mapping[str, Any]) -> tuple[dict[str, frozenset], dict[int, frozenset]]:
+    def _dependency_tables(self, user: Mapping[str, Any]) -> tuple[dict[str, frozenset], dict[int, frozenset]]:
         """(flag -> decisions it depends on, id(rule) -> decisions it constrains) for these set flags."""
         return self.cache.lookup("depends", set_flags_key(user), lambda: ({}, {}), 512)
 
-    def pinning_memo(self, user: Mapping[str, Any]) -> dict:
+    def pinning_table(self, user: Mapping[str, Any]) -> dict:
         """A dict `Pinning` fills with its analysis of launches with these flags set."""
         return self.cache.lookup("pinning", set_flags_key(user), dict, 64)
 
-    def depends_memo(self, user: Mapping[str, Any]) -> dict[str, frozenset]:
+    def depends_table(self, user: Mapping[str, Any]) -> dict[str, frozenset]:
         """The shared memo for `depends` with these flags set."""
-        return self._memo(user)[0]
+        return self._dependency_tables(user)[0]
 
     def rule_depends(self, rule: Rule, user: Mapping[str, Any]) -> frozenset:
         """The decisions a hard rule's verdict depends on, given which flags the user set."""
-        memo, by_rule = self._memo(user)
+        memo, by_rule = self._dependency_tables(user)
         deps = by_rule.get(id(rule))
         if deps is None:
             deps = by_rule[id(rule)] = self.depends(rule.constrained_flags, user, memo)
@@ -219,7 +219,7 @@ class Plan:
     def shared(self, user: Mapping[str, Any], facts: Mapping[str, Any]) -> Shared:
         """The decision-free values of these user values and facts (kept for the last few pairs:
         an explanation solves the same launch under many rule subsets, the UI asks it again)."""
-        make = lambda: Shared(self._memo(user)[0], self._constants(user).derived)  # noqa: E731
+        make = lambda: Shared(self._dependency_tables(user)[0], self._constants(user).derived)  # noqa: E731
         if not enabled():
             return make()
         key = (repr(sorted(user.items())), set_flags_key(user), self._facts_key(facts))
@@ -278,7 +278,7 @@ class Plan:
     def _structure(self, user: Mapping[str, Any], rules: list[Rule], key: tuple | None = None) -> Structure:
         """How to decide, given which flags are set and which rules count (see `core.Structure`)."""
         def make() -> Structure:
-            memo, by_rule = self._memo(user)
+            memo, by_rule = self._dependency_tables(user)
             return core.build_structure(self, user, rules, memo, by_rule, self._constants(user))
         return self.cache.lookup("structure", key or self._key(user, rules), make, 512)
 
