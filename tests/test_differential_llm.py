@@ -2,7 +2,8 @@
 
 The fixtures (tests/differential/fixtures/llm_oracle*.json: seed 13 with the hand-picked cases, and
 fresh seed-29, seed-41 and seed-53 batches, each scored only after the rules were tuned on the ones before, the
-issue-30 hand-written checks (h30-*) and the untuned seed-3107 batch of issue 30) hold generated launch
+issue-30 hand-written checks (h30-*), the untuned seed-3107 batch of issue 30 and the seed-4219 batch
+drawn after it) hold generated launch
 commands and what the upstream oracle decided for each (built by `python -m
 tests.differential.run_llm`); no sglang is needed here. Every case must agree with upstream, except the cases listed in
 tests/differential/llm_disagreements.yaml, each with its reason (seed wins, upstream bug, launch-time
@@ -65,17 +66,20 @@ def test_listed_disagreements_still_disagree_on_the_listed_fields(results, table
     assert changed == {}
 
 
-def test_the_untuned_issue30_batch_meets_the_agreement_targets(table):
-    """The seed-3107 batch, drawn before issue 30's rule changes and scored only after them, as
-    `accord resolve --strict` answers it (known-bad combinations refused, among them the launch
-    0.5.23 crashes on while resolving): every compared field agrees, relaxed changes included, in at
-    least 97% of the commands, and accept/reject in at least 99% when a refusal whose --relax gives
-    upstream's exact configuration counts as accepted (measured: 319 and 320 of 320; print with
-    `python -m tests.differential.score tests/differential/fixtures/llm_oracle_r3107.json --measures --strict`).
+@pytest.mark.parametrize("batch, measured", [("r3107", "319 and 320 of 320"), ("r4219", "296 and 298 of 300")])
+def test_the_untuned_batches_meet_the_agreement_targets(table, batch, measured):
+    """Batches drawn fresh and scored only after the rules were written (seed 3107 before issue
+    30's rule changes; seed 4219 after them, whose first scoring prompted only the --relax rounds
+    for case r4219-0009), as `accord resolve --strict`
+    answers them (known-bad combinations refused, among them the launch 0.5.23 crashes on while
+    resolving): every compared field agrees, relaxed changes included, in at least 97% of the
+    commands, and accept/reject in at least 99% when a refusal whose --relax gives upstream's exact
+    configuration counts as accepted (measured: `measured`; print with
+    `python -m tests.differential.score tests/differential/fixtures/llm_oracle_BATCH.json --measures --strict`).
     Every remaining difference is in the disagreement table with its reason."""
     from tests.differential.score import two_measures
 
-    fixture = load_fixtures([HERE / "fixtures" / "llm_oracle_r3107.json"])
+    fixture = load_fixtures([HERE / "fixtures" / f"llm_oracle_{batch}.json"])
     m = two_measures(fixture, table, strict=True)
     assert m["total"] >= 300
     assert len(m["every_field"]) / m["total"] >= 0.97

@@ -1,6 +1,7 @@
 """Conflicts: minimal, independent ones reported together, fixes verified, --relax reports changes."""
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -227,3 +228,21 @@ def test_a_default_coming_back_is_no_conflict_of_its_own(tmp_path, capsys):
     assert "tp_size" in heads["flags"]
     assert "tp_size = 3" in heads["proof"][0]["reads"]
     assert heads["fixes"][0] in ("--tp-size 4", "--tp-size 2")
+
+
+def test_relax_answers_a_rewrite_that_uncovers_another_with_that_rules_own_rewrite():
+    """Under DP attention upstream rescales a typed --chunked-prefill-size and then a typed
+    --schedule-conservativeness; the first conflict's minimal flags hide the second, so --relax
+    answers them in rounds, each with its own rule's rewrite, and lands on upstream's values
+    (oracle case r4219-0009) instead of undoing --dp-size."""
+    from tests.differential.score import accord_answer, load_fixtures
+
+    fixture = load_fixtures([Path(__file__).parent / "differential" / "fixtures" / "llm_oracle_r4219.json"])
+    case = next(c for c in fixture["cases"] if c["id"] == "r4219-0009")
+    upstream = fixture["oracle"]["r4219-0009"]["resolved"]
+    answer = accord_answer(case, relax=True)
+    assert answer["status"] == "error" and answer["relaxed"]["status"] == "ok"
+    relaxed = answer["relaxed"]["values"]
+    assert relaxed["dp_size"] == upstream["attn_dp_size"] == 4  # the typed DP width is kept
+    for name in ("chunked_prefill_size", "schedule_conservativeness"):
+        assert relaxed[name] == upstream[name], name

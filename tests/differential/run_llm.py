@@ -14,6 +14,8 @@ usage: python -m tests.differential.run_llm [--seed N] [--random N] [--random-on
   llm_oracle_r53.json  --seed 53 --random 200 --random-only (another, scored after the seed-41 fixes)
   llm_oracle_r3107.json --seed 3107 --random 320 --random-only (issue 30: drawn before that issue's
                        rule changes and scored only after them, never tuned on)
+  llm_oracle_r4219.json --seed 4219 --random 300 --random-only (drawn after issue 30's rule changes,
+                       its first scoring prompted one change: --relax in rounds, case r4219-0009)
   llm_oracle_issue30.json  the hand-written checks of issue 30's rules (tests/differential/issue30_cases.py)
 """
 
