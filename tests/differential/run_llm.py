@@ -16,6 +16,7 @@ usage: python -m tests.differential.run_llm [--seed N] [--random N] [--random-on
                        rule changes and scored only after them, never tuned on)
   llm_oracle_r4219.json --seed 4219 --random 300 --random-only (drawn after issue 30's rule changes,
                        its first scoring prompted one change: --relax in rounds, case r4219-0009)
+  llm_oracle_r5309.json --seed 5309 --random 300 --random-only (drawn after that, scored untuned)
   llm_oracle_issue30.json  the hand-written checks of issue 30's rules (tests/differential/issue30_cases.py)
 """
 
