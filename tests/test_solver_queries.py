@@ -24,7 +24,7 @@ import os
 import random
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from accord.resolver import api
@@ -109,6 +109,17 @@ def _answers(system: str, case) -> str:
     return json.dumps(out, default=repr, sort_keys=True)
 
 
+# Cases the random draw reaches only now and then, always tried: pins excluded by two rules that
+# hold apart (a minimal set: which one QuickXplain names must not depend on where it looks), and by
+# two single rules each (both named, in rule order).
+KNOWN = {"llm": [
+    (("gb200", {"enable_unified_memory": True, "pp_size": 4}), (("kv_cache_dtype", "mxfp8"),),
+     (("enable_mscclpp", True), ("kv_cache_dtype", "mxfp8")), [True], 0),
+    (("l40s", {}), (("enable_layernorm_sp", True),), (("enable_layernorm_sp", True), ("max_loaded_loras", 4096)),
+     [], 1),
+]}
+
+
 @pytest.mark.parametrize("system", SYSTEMS)
 def test_nearby_and_pinning_answer_as_their_reference_on_the_core(system):
     @_settings(EXAMPLES)
@@ -119,4 +130,6 @@ def test_nearby_and_pinning_answer_as_their_reference_on_the_core(system):
         with cache.cached():
             assert _answers(system, case) == reference, case[:4]
 
+    for case in KNOWN.get(system, ()):
+        check = example(case)(check)
     check()
