@@ -133,3 +133,24 @@ def test_nearby_and_pinning_answer_as_their_reference_on_the_core(system):
     for case in KNOWN.get(system, ()):
         check = example(case)(check)
     check()
+
+
+def test_switched_off_every_query_goes_to_the_reference():
+    """With the layer off, `Nearby` and `Pinning` run none of their incremental algorithm: their
+    working state stays empty after every query (with it on, the same queries fill it)."""
+    plan, facts = api.plan_for("llm"), load_preset("l40s")
+    user, pins = {"tp_size": 2}, {"enable_layernorm_sp": True}
+
+    def ask():
+        nearby = nearby_for(plan, user, facts, {})
+        nearby.decisions(), nearby.base_decisions(), nearby.rules_unsatisfiable(plan.hard_rules[:5])
+        found = nearby.solve({**user, "tp_size": 4}, {"tp_size"})
+        nearby.warnings(found)
+        pinning = Pinning(plan, user, facts, api.resolve("llm", user, facts))
+        pinning.exclusions(pins), pinning.first_exclusion(pins), pinning.legal(pins)
+        return nearby._all, nearby._decided, nearby._reach, pinning._examples
+
+    with cache.uncached():
+        assert not any(ask())
+    with cache.cached():
+        assert all(ask())
