@@ -46,8 +46,8 @@ MODELS = Path(__file__).resolve().parent.parent / "tests" / "differential" / "fi
 
 def _dry_run() -> None:
     _, parsed = parse_flags(TYPICAL)
-    facts = load_facts("h100", model_path=parsed.values.get("model_path"), system=parsed.system)
-    dry_run(parsed.system, parsed.values, facts)
+    facts = load_facts("h100", model_path=parsed.user.get("model_path"), system=parsed.system)
+    dry_run(parsed.system, parsed.user, facts)
 
 
 def _tune():
@@ -61,8 +61,8 @@ def _tune():
 def _hash_figures(runs: int) -> None:
     """The config hash from the process stores' pieces, and with the layer off (the JSON encoder)."""
     _, parsed = parse_flags(TYPICAL)
-    facts = load_facts("h100", model_path=parsed.values.get("model_path"), system=parsed.system)
-    config = resolve(parsed.system, parsed.values, facts, parsed.sources)
+    facts = load_facts("h100", model_path=parsed.user.get("model_path"), system=parsed.system)
+    config = resolve(parsed.system, parsed.user, facts, parsed.sources)
     args = (config.system, frozen.thaw(config.facts), frozen.thaw(config.values))
 
     with cache.cached():

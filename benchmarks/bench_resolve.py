@@ -65,8 +65,8 @@ def measure(fn, runs: int, before=lambda: None) -> tuple[float, float]:
 
 def hot(argv: list[str], preset: str) -> None:
     _, parsed = parse_flags(argv)
-    facts = load_facts(preset, model_path=parsed.values.get("model_path"), system=parsed.system)
-    resolve(parsed.system, parsed.values, facts, parsed.sources)
+    facts = load_facts(preset, model_path=parsed.user.get("model_path"), system=parsed.system)
+    resolve(parsed.system, parsed.user, facts, parsed.sources)
 
 
 def conflict(argv: list[str], preset: str) -> None:

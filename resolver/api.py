@@ -46,9 +46,10 @@ class ConflictError(AccordError):
     exit_code = EXIT_CONFLICT
 
     def __init__(self, plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
-                 conflicts: list[Conflict]):
+                 conflicts: list[Conflict], command: Mapping[str, Any] | None = None):
         self.system = plan.catalog.system
         self.user = dict(user)
+        self.command = self.user if command is None else dict(command)  # as typed (see conflict_report.build)
         self.facts = dict(facts)
         self.conflicts = conflicts
         self._plan = plan
@@ -59,7 +60,7 @@ class ConflictError(AccordError):
     def report(self) -> dict:
         from accord.resolver.explaining import conflict_report
         if self._report is None:
-            self._report = conflict_report.build(self._plan, self.user, self.facts, self.conflicts)
+            self._report = conflict_report.build(self._plan, self.user, self.facts, self.conflicts, self.command)
         return self._report
 
     def __str__(self) -> str:
@@ -117,6 +118,13 @@ def _apply_combined_fix(plan: Plan, user: dict[str, Any], facts: Mapping[str, An
     return combine([fix for fix, _ in parts]).apply(user, as_upstream=as_upstream)
 
 
+def _as_typed(typed: Mapping[str, Any], user: Mapping[str, Any], typed_auto: Mapping[str, Any]) -> dict[str, Any]:
+    """The launch as typed, with what `--relax` changed: the user's order, typed auto choices kept."""
+    out = {name: user.get(name, value) for name, value in typed.items() if name in user or name in typed_auto}
+    out.update((name, value) for name, value in user.items() if name not in out)
+    return out
+
+
 _REPORTED: "weakref.WeakKeyDictionary[Plan, tuple[tuple[str, ...], frozenset[str]]]" = weakref.WeakKeyDictionary()
 
 
@@ -158,19 +166,19 @@ def _by_rule(rule_id: str) -> MappingProxyType:
     return found
 
 
-def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any],
+def resolve(system: str, user: Mapping[str, Any], facts: Mapping[str, Any],
             sources: Mapping[str, str] | None = None, relax: bool = False,
             warnings: tuple[str, ...] | list[str] = (), strict: bool = False) -> ResolvedConfig:
     """Resolve a launch. User values are never changed, except by `relax`, which reports each change.
     A known-bad runtime combination is a warning, or with `strict` a conflict citing its report."""
     plan = plan_for(system, strict=True) if strict else plan_for(system)
-    user = dict(user_values)
+    typed = user = dict(user)
     _check_known_flags(plan, user)
     # A typed auto choice ("let the resolver decide") pins nothing: the rules decide it as if unset.
     typed_auto = {name: value for name, value in user.items()
                   if plan.catalog[name].auto_choice is not None and value == plan.catalog[name].auto_choice}
-    for name in typed_auto:
-        del user[name]
+    if typed_auto:
+        user = {name: value for name, value in user.items() if name not in typed_auto}
     sources = dict(sources or {})
     notes = list(warnings)
     relaxed: dict[str, dict] = {}
@@ -182,10 +190,10 @@ def resolve(system: str, user_values: Mapping[str, Any], facts: Mapping[str, Any
         conflicts = find_conflicts(plan, user, facts)
         fixed = _apply_combined_fix(plan, user, facts, conflicts, relaxed, notes) if relax else None
         if fixed is None:
-            raise ConflictError(plan, user, facts, conflicts)
+            raise ConflictError(plan, user, facts, conflicts, _as_typed(typed, user, typed_auto))
         user = fixed
     else:
-        raise ConflictError(plan, user, facts, find_conflicts(plan, user, facts))
+        raise ConflictError(plan, user, facts, find_conflicts(plan, user, facts), _as_typed(typed, user, typed_auto))
 
     shown = _shown(plan, user)
     # Every shown setting comes from its catalog default unless the user, `--relax` or a rule gave

@@ -40,7 +40,7 @@ def argv_of(case: dict) -> list[str]:
 
 def parse(argv: list[str], facts_preset: str):
     _, parsed = parse_flags(argv, prog="accord resolve")
-    facts = load_facts(facts_preset, [], model_path=parsed.values.get("model_path"), system=parsed.system)
+    facts = load_facts(facts_preset, [], model_path=parsed.user.get("model_path"), system=parsed.system)
     return parsed, facts
 
 
@@ -75,7 +75,7 @@ def judge(case: dict) -> Verdict:
     parsed, facts = parse(argv, case["facts"])
     system = parsed.system
     try:
-        api.resolve(system, parsed.values, facts)
+        api.resolve(system, parsed.user, facts)
     except api.ConflictError as err:
         conflicts = err.conflicts
         report = err.to_dict()
@@ -83,7 +83,7 @@ def judge(case: dict) -> Verdict:
         return Verdict(case["id"], None, False, None, False, False, False, [], 0)
     fixes = [fix for c in conflicts for fix in c.fixes]
     first = _as_change(conflicts[0].fixes[0]) if conflicts and conflicts[0].fixes else None
-    model = parsed.values.get("model_path")
+    model = parsed.user.get("model_path")
     combined = (report.get("fix_all") or {}).get("command")
     keeps = resolves = False
     if combined is not None:
@@ -98,7 +98,7 @@ def judge(case: dict) -> Verdict:
         keeps = resolves = True  # one conflict: its first fix is the combined fix (checked below)
     relax_keeps, slower = False, []
     try:
-        relaxed = api.resolve(system, parsed.values, facts, relax=True)
+        relaxed = api.resolve(system, parsed.user, facts, relax=True)
     except api.ConflictError:
         relaxed = None
     if relaxed is not None:

@@ -9,6 +9,7 @@ default) to round_robin outside PD prefill and to follow_bootstrap_room on prefi
 
 import pytest
 
+from accord.resolver import api
 from accord.resolver.api import resolve
 from accord.resolver.facts.machine import load_facts
 
@@ -68,3 +69,17 @@ def test_relax_gives_upstreams_scaled_conservativeness_under_dp_attention():
     config = _relaxed("b200", {"tp_size": 4, "dp_size": 4, "enable_dp_attention": True,
                                "schedule_conservativeness": 0.5}, "Qwen/Qwen3-8B")
     assert config.values["schedule_conservativeness"] == pytest.approx(0.15)
+
+
+def test_a_fix_command_keeps_a_typed_auto_choice():
+    """`--moe-runner-backend auto` pins nothing, so the solver never sees it; the command each fix
+    prints is still the launch as typed, with only the fix applied."""
+    from accord.resolver.facts.machine import load_preset
+
+    typed = {"moe_runner_backend": "auto", "enable_scattered_sconv": True}
+    with pytest.raises(api.ConflictError) as err:
+        api.resolve("llm", typed, load_preset("h100"))
+    details = [d for c in err.value.to_dict()["conflicts"] for d in c["fix_details"]]
+    assert details
+    for detail in details:
+        assert detail["command"][:2] == ["--moe-runner-backend", "auto"], detail

@@ -21,7 +21,7 @@ NOT_ENCODED = {entry["seed"] for entry in COVERAGE["not_encoded"]}
 
 
 def _values(*argv: str) -> dict:
-    return parse_flags(["--system", "diffusion", *argv])[1].values
+    return parse_flags(["--system", "diffusion", *argv])[1].user
 
 
 # seed id -> (command lines the catalog accepts, with the values they store; values it rejects)

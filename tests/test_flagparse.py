@@ -71,17 +71,17 @@ def test_every_spelling_parses_to_the_declared_type(system, argv, flag, expected
         return
     _, parsed = parse_flags(argv, system=system)
     if expected is None:
-        assert parsed.values == {} and len(parsed.warnings) == 1
+        assert parsed.user == {} and len(parsed.warnings) == 1
         return
-    assert parsed.values == {flag.name: expected}
+    assert parsed.user == {flag.name: expected}
     assert parsed.sources == {flag.name: "cli"}
-    _assert_declared_type(flag, parsed.values[flag.name])
+    _assert_declared_type(flag, parsed.user[flag.name])
 
 
 def test_equals_spelling_and_separate_value_mean_the_same():
     _, a = parse_flags(["--tp-size=4", "--attention-backend=fa3"])
     _, b = parse_flags(["--tp-size", "4", "--attention-backend", "fa3"])
-    assert a.values == b.values == {"tp_size": 4, "attention_backend": "fa3"}
+    assert a.user == b.user == {"tp_size": 4, "attention_backend": "fa3"}
 
 
 def test_a_launch_command_from_the_wild_parses_unchanged():
@@ -89,7 +89,7 @@ def test_a_launch_command_from_the_wild_parses_unchanged():
             "--mem-fraction 0.85 --context-length 128k --chunked-prefill-size -1 --cuda-graph-bs 1 2 4 8 "
             "--kv-cache-dtype fp8_e4m3 --json-model-override-args {\"rope_scaling\":null}").split()
     _, parsed = parse_flags(argv)
-    assert parsed.values == {
+    assert parsed.user == {
         "model_path": "meta-llama/Llama-3.1-8B-Instruct", "tp_size": 8, "dp_size": 2, "enable_dp_attention": True,
         "mem_fraction_static": 0.85, "context_length": 128000, "chunked_prefill_size": -1,
         "cuda_graph_bs_decode": [1, 2, 4, 8], "kv_cache_dtype": "fp8_e4m3",
@@ -99,33 +99,33 @@ def test_a_launch_command_from_the_wild_parses_unchanged():
 
 def test_the_last_occurrence_of_a_flag_wins():
     _, parsed = parse_flags(["--tp", "2", "--tensor-parallel-size", "4"])
-    assert parsed.values == {"tp_size": 4}
+    assert parsed.user == {"tp_size": 4}
 
 
 def test_a_deprecated_spelling_sets_its_replacement_and_warns_once():
     _, parsed = parse_flags(["--enable-breakable-cuda-graph"])
-    assert parsed.values == {"cuda_graph_backend_prefill": "breakable"}
+    assert parsed.user == {"cuda_graph_backend_prefill": "breakable"}
     assert parsed.warnings == ("--enable-breakable-cuda-graph is deprecated; use "
                                "--cuda-graph-backend-prefill=breakable instead (it sets cuda_graph_backend_prefill).",)
 
 
 def test_a_renamed_spelling_takes_the_new_flags_value():
     _, parsed = parse_flags(["--cuda-graph-max-bs", "160"])
-    assert parsed.values == {"cuda_graph_max_bs_decode": 160}
+    assert parsed.user == {"cuda_graph_max_bs_decode": 160}
     assert parsed.warnings == ("--cuda-graph-max-bs is deprecated; use --cuda-graph-max-bs-decode instead "
                                "(it sets cuda_graph_max_bs_decode).",)
 
 
 def test_a_deprecated_flag_that_still_works_is_stored_with_a_warning():
     _, parsed = parse_flags(["--disable-cuda-graph"])
-    assert parsed.values == {"disable_cuda_graph": True}
+    assert parsed.user == {"disable_cuda_graph": True}
     assert parsed.warnings == ("--disable-cuda-graph is deprecated; use --cuda-graph-backend-{decode,prefill}=disabled "
                                "instead.",)
 
 
 def test_an_ignored_flag_stores_nothing_and_warns():
     _, parsed = parse_flags(["--collect-tokens-histogram"])
-    assert parsed.values == {}
+    assert parsed.user == {}
     assert parsed.warnings == ("--collect-tokens-histogram is deprecated and has no effect; it was ignored.",)
 
 
@@ -135,7 +135,7 @@ def test_a_value_outside_a_plugin_extensible_list_is_refused_unless_declared():
     assert "Did you mean 'flashinfer'?" in str(err.value)
     assert "--extend-choices attention_backend=flashinfr" in str(err.value)
     _, parsed = parse_flags(["--attention-backend", "my_attn", "--extend-choices", "attention_backend=my_attn"])
-    assert parsed.values == {"attention_backend": "my_attn"}
+    assert parsed.user == {"attention_backend": "my_attn"}
     assert "--extend-choices declares it" in parsed.warnings[0]
 
 
@@ -146,13 +146,13 @@ def test_extend_choices_is_refused_for_a_fixed_upstream_list():
 
 def test_upstream_registry_names_are_known_values():
     _, parsed = parse_flags(["--reasoning-parser", "deepseek-r1", "--tool-call-parser", "qwen3_coder"])
-    assert parsed.values == {"reasoning_parser": "deepseek-r1", "tool_call_parser": "qwen3_coder"}
+    assert parsed.user == {"reasoning_parser": "deepseek-r1", "tool_call_parser": "qwen3_coder"}
     assert parsed.warnings == ()
 
 
 def test_a_flag_given_twice_warns_with_both_values_and_keeps_the_last():
     _, parsed = parse_flags(["--tp", "2", "--tp-size", "4"])
-    assert parsed.values == {"tp_size": 4}
+    assert parsed.user == {"tp_size": 4}
     assert parsed.warnings == ("--tp-size is given twice (--tp 2, then --tp-size 4); the last one is used.",)
 
 
@@ -234,7 +234,7 @@ def _resolve_like_options(parser: argparse.ArgumentParser) -> None:
 def test_command_options_come_back_in_the_namespace_and_flags_in_parsed_flags():
     opts, parsed = parse_flags(["--facts", "h100", "--tp", "2", "--json"], add_options=_resolve_like_options)
     assert vars(opts) == {"facts": "h100", "json": True, "system": "llm", "config": None}
-    assert parsed.values == {"tp_size": 2}
+    assert parsed.user == {"tp_size": 2}
 
 
 def test_an_explicit_system_must_agree_with_the_command_line():
@@ -259,7 +259,7 @@ def config_file(request, tmp_path):
 def test_config_file_values_are_typed_and_the_command_line_wins(config_file):
     opts, parsed = parse_flags(["--config", config_file, "--tp", "8"])
     assert opts.config == config_file
-    assert parsed.values == {"tp_size": 8, "dp_size": 2, "enable_dp_attention": True, "context_length": 32000,
+    assert parsed.user == {"tp_size": 8, "dp_size": 2, "enable_dp_attention": True, "context_length": 32000,
                              "cuda_graph_config": {"decode": {"backend": "full"}}}
     from_file = f"config:{config_file}"
     assert parsed.sources == {"tp_size": "cli", "dp_size": from_file, "enable_dp_attention": from_file,
@@ -275,7 +275,7 @@ def _config(tmp_path, text: str) -> str:
 def test_config_keys_may_be_deprecated_or_negated_spellings(tmp_path):
     path = _config(tmp_path, "stream-output: true\nno-lora-strict-loading: true\nenable-breakable-cuda-graph: false\n")
     _, parsed = parse_flags(["--config", path])
-    assert parsed.values == {"incremental_streaming_output": True, "lora_strict_loading": False}
+    assert parsed.user == {"incremental_streaming_output": True, "lora_strict_loading": False}
     assert parsed.warnings[0] == (f"{path}: stream-output is deprecated; use --incremental-streaming-output instead "
                                   "(it sets incremental_streaming_output).")
 
@@ -314,14 +314,14 @@ def test_a_diffusion_model_folder_switches_the_flags_to_diffusion(tmp_path):
     (tmp_path / "model_index.json").write_text("{}", encoding="utf-8")
     opts, parsed = parse_flags(["--model-path", str(tmp_path), "--num-gpus", "2"])
     assert opts.system == parsed.system == "diffusion"
-    assert parsed.values == {"model_path": str(tmp_path), "num_gpus": 2}
+    assert parsed.user == {"model_path": str(tmp_path), "num_gpus": 2}
 
 
 def test_optional_values_fall_back_to_the_seeds_constant():
     _, llm = parse_flags(["--model-checksum"])
-    assert llm.values == {"model_checksum": ""}
+    assert llm.user == {"model_checksum": ""}
     _, diffusion = parse_flags(["--system", "diffusion", "--webui", "--trust-remote-code", "false"])
-    assert diffusion.values == {"webui": True, "trust_remote_code": False}
+    assert diffusion.user == {"webui": True, "trust_remote_code": False}
 
 
 def test_a_deprecated_switch_in_a_config_file_must_be_true_or_false(tmp_path):
@@ -338,14 +338,14 @@ def test_a_deprecated_switch_in_a_config_file_must_be_true_or_false(tmp_path):
 
 def test_an_alias_sets_what_it_implies_and_says_so():
     _, parsed = parse_flags(["--attention-backend", "tokenspeed_mla"])
-    assert parsed.values == {"attention_backend": "cutedsl_mla", "kv_cache_dtype": "fp8_e4m3"}
+    assert parsed.user == {"attention_backend": "cutedsl_mla", "kv_cache_dtype": "fp8_e4m3"}
     assert parsed.sources["kv_cache_dtype"] == "cli"
     assert any("also sets --kv-cache-dtype fp8_e4m3" in w for w in parsed.warnings)
 
 
 def test_an_implied_value_replaces_a_typed_auto_choice():
     _, parsed = parse_flags(["--kv-cache-dtype", "auto", "--decode-attention-backend", "tokenspeed_mla"])
-    assert parsed.values["kv_cache_dtype"] == "fp8_e4m3"
+    assert parsed.user["kv_cache_dtype"] == "fp8_e4m3"
 
 
 def test_an_implied_value_never_overwrites_another_typed_value():
@@ -358,9 +358,9 @@ def test_an_implied_value_never_overwrites_another_typed_value():
 def test_the_canonical_value_implies_nothing_even_over_an_alias_in_the_config_file(tmp_path):
     path = _config(tmp_path, "attention_backend: tokenspeed_mla\n")
     _, parsed = parse_flags(["--config", path])
-    assert parsed.values["kv_cache_dtype"] == "fp8_e4m3"
+    assert parsed.user["kv_cache_dtype"] == "fp8_e4m3"
     _, parsed = parse_flags(["--config", path, "--attention-backend", "cutedsl_mla"])
-    assert parsed.values == {"attention_backend": "cutedsl_mla"}
+    assert parsed.user == {"attention_backend": "cutedsl_mla"}
 
 
 # --- prefixes, read as upstream's argparse reads them (issue 30) ------------------------------------
@@ -400,7 +400,7 @@ def test_a_prefix_reads_as_upstreams_argparse_reads_it(word):
 
 def test_a_unique_prefix_warns_which_flag_it_became():
     _, parsed = parse_flags(["--speculative-algo", "EAGLE3", "--trust-remote"])
-    assert parsed.values["speculative_algorithm"] == "EAGLE3" and parsed.values["trust_remote_code"] is True
+    assert parsed.user["speculative_algorithm"] == "EAGLE3" and parsed.user["trust_remote_code"] is True
     assert any("--speculative-algo is read as --speculative-algorithm" in w for w in parsed.warnings)
     assert any("--trust-remote is read as --trust-remote-code" in w for w in parsed.warnings)
 
@@ -408,7 +408,7 @@ def test_a_unique_prefix_warns_which_flag_it_became():
 def test_an_accord_short_form_takes_no_part_in_prefixes():
     """--mem-fraction is Accord's alias, not upstream's: --mem-frac is --mem-fraction-static there."""
     _, parsed = parse_flags(["--mem-frac", "0.8"])
-    assert parsed.values["mem_fraction_static"] == 0.8
+    assert parsed.user["mem_fraction_static"] == 0.8
 
 
 def test_a_removed_flag_names_its_real_successor():

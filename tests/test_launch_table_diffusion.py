@@ -202,9 +202,9 @@ ROWS = [
 
 def _resolve(row: Row):
     _, parsed = parse_flags(shlex.split(row.flags), system="diffusion")
-    facts = load_facts(row.facts, list(row.fact), model_path=parsed.values.get("model_path"),
+    facts = load_facts(row.facts, list(row.fact), model_path=parsed.user.get("model_path"),
                        system="diffusion")
-    return resolve("diffusion", parsed.values, facts, parsed.sources)
+    return resolve("diffusion", parsed.user, facts, parsed.sources)
 
 
 def test_table_has_at_least_twenty_cited_rows():
@@ -239,7 +239,7 @@ def test_relax_of_dit_layerwise_with_other_groups_is_upstreams_selection():
     ['dit', 'text_encoder'] for this command)."""
     _, parsed = parse_flags(shlex.split("--model-path black-forest-labs/FLUX.1-dev --dit-layerwise-offload "
                                         "--layerwise-offload-components text_encoder"), system="diffusion")
-    facts = load_facts("h100", model_path=parsed.values.get("model_path"), system="diffusion")
-    config = resolve("diffusion", parsed.values, facts, parsed.sources, relax=True)
+    facts = load_facts("h100", model_path=parsed.user.get("model_path"), system="diffusion")
+    config = resolve("diffusion", parsed.user, facts, parsed.sources, relax=True)
     assert config.values["dit_layerwise_offload"] is True
     assert config.values["layerwise_offload_components"] == ("dit", "text_encoder")

@@ -416,9 +416,9 @@ def test_table_is_broad():
 @pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])
 def test_launch_resolves_like_upstream(row: Row, model_dirs):
     _, parsed = parse_flags(shlex.split(_fill(row.argv, model_dirs)), system="llm")
-    facts = load_facts(row.preset, list(row.fact), model_path=parsed.values.get("model_path"), system="llm")
+    facts = load_facts(row.preset, list(row.fact), model_path=parsed.user.get("model_path"), system="llm")
     try:
-        config = resolve("llm", parsed.values, facts, parsed.sources)
+        config = resolve("llm", parsed.user, facts, parsed.sources)
     except ConflictError as err:
         assert row.is_conflict, f"{row.id}: unexpected conflict: {err.text()}"
         named = {flag for conflict in err.conflicts for flag in conflict.flags}

@@ -44,8 +44,8 @@ LAUNCHES = [
 
 def _launch(preset, argv):
     _, parsed = parse_flags(argv)
-    facts = load_facts(preset, model_path=parsed.values.get("model_path"), system=parsed.system)
-    return plan_for(parsed.system), dict(parsed.values), facts
+    facts = load_facts(preset, model_path=parsed.user.get("model_path"), system=parsed.system)
+    return plan_for(parsed.system), dict(parsed.user), facts
 
 
 def _warnings_by_full_solve(plan, values, facts):

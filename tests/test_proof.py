@@ -116,8 +116,8 @@ def test_every_fix_comes_with_a_command_that_keeps_the_other_flags(plan):
             others = {n for c in err.conflicts if c is not conflict for n in c.flags}
             for fix, entry in zip(conflict.fixes, report["conflicts"][err.conflicts.index(conflict)]["fix_details"]):
                 _, parsed = parse_flags(entry["command"], system="llm")
-                assert parsed.values == fix.apply(user)  # only the fix's own change differs
-                api.resolve("llm", {k: v for k, v in parsed.values.items() if k not in others}, facts)
+                assert parsed.user == fix.apply(user)  # only the fix's own change differs
+                api.resolve("llm", {k: v for k, v in parsed.user.items() if k not in others}, facts)
 
 
 def test_several_conflicts_end_with_one_combined_fix_that_resolves(plan):
@@ -125,7 +125,7 @@ def test_several_conflicts_end_with_one_combined_fix_that_resolves(plan):
     assert text.splitlines().index("combined fix (all 2 conflicts)") > text.splitlines().index("conflict 2 of 2")
     command = _commands(text)[-1]
     _, parsed = parse_flags(shlex.split(command), system="llm")
-    config = api.resolve("llm", parsed.values, B200)
+    config = api.resolve("llm", parsed.user, B200)
     assert config.values["dp_size"] == 8 and config.values["attention_backend"] != "fa3"
     assert config.values["tp_size"] == 8 and config.values["enable_dp_attention"] is True
 

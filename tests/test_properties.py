@@ -92,14 +92,14 @@ def _check_report(system, plan, user, facts, err):
     for conflict, entry in zip(err.conflicts, report["conflicts"]):
         for fix, shown in zip(conflict.fixes, entry["fix_details"]):
             _, parsed = parse_flags(shown["command"], system=system)
-            assert parsed.values == typed(fix.apply(user)), (fix, shown["command"])
+            assert parsed.user == typed(fix.apply(user)), (fix, shown["command"])
         for chain in entry["chains"]:
             if chain["then"] is not None:
                 _, parsed = parse_flags(chain["then"]["command"], system=system)
-                assert plan.satisfiable(parsed.values, facts), chain
+                assert plan.satisfiable(parsed.user, facts), chain
     if report["fix_all"] is not None:
         _, parsed = parse_flags(report["fix_all"]["command"], system=system)
-        assert plan.satisfiable(parsed.values, facts), report["fix_all"]
+        assert plan.satisfiable(parsed.user, facts), report["fix_all"]
         relaxed = api.resolve(system, user, facts, relax=True)
         changed = {c["flag"] for c in relaxed_changes(relaxed)}
         assert {k: relaxed.values[k] for k in user if k not in changed and k in relaxed.values} == \

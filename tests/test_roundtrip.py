@@ -56,7 +56,7 @@ def _accord(argv: list[str]) -> tuple[int, dict | None]:
 def _legal(argv: list[str]) -> bool:
     """Whether the command resolves (checked by the solver alone: explaining a conflict is slow)."""
     _, parsed, facts = resolve_command(argv, "accord resolve")
-    return api.plan_for(parsed.system).solve(parsed.values, facts).satisfiable
+    return api.plan_for(parsed.system).solve(parsed.user, facts).satisfiable
 
 
 def _round_trip(system: str, base: list[str], flags: list[str], fmt: str, nulls: bool) -> None:

@@ -51,9 +51,9 @@ def _outcome(system, case):
     argv = shlex.split(case.get("flags", ""))
     _, parsed = parse_flags(argv, system=system)
     facts = load_facts(case.get("facts", "cpu"), [_fact_arg(k, v) for k, v in (case.get("fact") or {}).items()],
-                       model_path=parsed.values.get("model_path"), system=system)
+                       model_path=parsed.user.get("model_path"), system=system)
     try:
-        return resolve(system, parsed.values, facts, parsed.sources), None
+        return resolve(system, parsed.user, facts, parsed.sources), None
     except ConflictError as err:
         return None, err
 

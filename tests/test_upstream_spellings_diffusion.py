@@ -93,7 +93,7 @@ def test_a_misspelling_still_gets_a_did_you_mean():
 def test_flags_upstream_retired_but_the_seed_keeps_still_parse():
     # 0.5.23 dropped --warmup and --server-warmup; the seed keeps both (seed L1566-1597)
     _, parsed = parse_flags(["--model-path", "Qwen/Qwen-Image", "--warmup", "--server-warmup"], system="diffusion")
-    assert parsed.values["warmup"] is True and parsed.values["server_warmup"] is True
+    assert parsed.user["warmup"] is True and parsed.user["server_warmup"] is True
 
 
 def test_the_table_lists_each_spelling_once_and_only_spellings_the_catalog_lacks():

@@ -38,7 +38,7 @@ class ParsedFlags:
     """The flags a user set (command line or config file), typed, by dest, with their sources."""
 
     system: str
-    values: dict[str, Any]
+    user: dict[str, Any]     # dest -> typed value: what the rest of Accord calls `user`
     sources: dict[str, str]  # dest -> "cli" | "config:<path>"
     warnings: tuple[str, ...]
 
@@ -190,7 +190,7 @@ def parse_flags(
     warnings.extend(_apply_alias_implications(catalog, aliased, values, sources))
     return namespace, ParsedFlags(
         system=system,
-        values=values,
+        user=values,
         sources=sources,
         warnings=tuple(dict.fromkeys(warnings)),
     )

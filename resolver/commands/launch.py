@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
                          "add --dry-run, or drop --json.")
     launcher = check_launcher(shlex.split(opts.launcher)) if opts.launcher is not None else None
     try:
-        config = resolve(parsed.system, parsed.values, facts, parsed.sources, warnings=parsed.warnings)
+        config = resolve(parsed.system, parsed.user, facts, parsed.sources, warnings=parsed.warnings)
     except ConflictError as err:
         return print_conflict(err, opts.json)
     launch = emit(config, launcher)

@@ -102,7 +102,7 @@ def main(argv: list[str]) -> int:
         raise UsageError("--emit-workflow needs the command each job runs: --run 'COMMAND' (it sees "
                          "$ACCORD_ARGS, the row's launch flags).")
     _, parsed = parse_flags(fix_words, system=opts.system, prog="accord matrix --fix")
-    fixed = dict(parsed.values)
+    fixed = dict(parsed.user)
     names = [p for p in dict.fromkeys(opts.facts.split(",")) if p]
     if not names:
         raise UsageError("--facts needs at least one preset or facts file, e.g. --facts h100,b200.")

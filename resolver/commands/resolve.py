@@ -66,7 +66,7 @@ def resolve_command(argv: list[str], prog: str, options=None) -> tuple[argparse.
     """Parse a launch command and load its facts (shared by resolve, why, serve and launch);
     `options` adds the command's own options (default: resolve's)."""
     opts, parsed = parse_flags(argv, add_options=options or add_options, prog=prog)
-    model_path = parsed.values.get("model_path")
+    model_path = parsed.user.get("model_path")
     facts = load_facts(opts.facts, opts.fact, model_path=model_path, system=parsed.system)
     note = model_path_warning(model_path, parsed.system) if model_path is not None else None
     if note:
@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
     if opts.dry_run:
         return main_dry_run(parsed, facts, opts)
     try:
-        config = resolve(parsed.system, parsed.values, facts, parsed.sources, relax=opts.relax,
+        config = resolve(parsed.system, parsed.user, facts, parsed.sources, relax=opts.relax,
                          warnings=parsed.warnings, strict=opts.strict)
     except ConflictError as err:
         return print_conflict(err, opts.json, parsed.warnings)
@@ -153,7 +153,7 @@ def main_dry_run(parsed, facts, opts) -> int:
     from accord.resolver.exploring.dryrun import dry_run, render
 
     try:
-        config, choices = dry_run(parsed.system, parsed.values, facts, opts.only)
+        config, choices = dry_run(parsed.system, parsed.user, facts, opts.only)
     except ConflictError as err:
         return print_conflict(err, opts.json, parsed.warnings)
     if opts.json:

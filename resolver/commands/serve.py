@@ -42,11 +42,11 @@ def main(argv: list[str]) -> int:
     if opts.all and not opts.print_config:
         raise UsageError("--all chooses which flags --print-config shows; add --print-config "
                          "(or drop --all) to serve.")
-    facts = serve_facts(opts, served_model_path(parsed.values.get("model_path"), parsed.system), parsed.system)
+    facts = serve_facts(opts, served_model_path(parsed.user.get("model_path"), parsed.system), parsed.system)
     if opts.dry_run:
         return resolve_cmd.main_dry_run(parsed, facts, opts)
     try:
-        config = resolve(parsed.system, parsed.values, facts, parsed.sources, relax=opts.relax,
+        config = resolve(parsed.system, parsed.user, facts, parsed.sources, relax=opts.relax,
                          warnings=parsed.warnings)
     except ConflictError as err:
         return resolve_cmd.print_conflict(err, opts.json, parsed.warnings)

@@ -87,7 +87,7 @@ def main(argv: list[str]) -> int:
         raise UsageError("accord tune tunes LLM launches only (the diffusion system has no cost model yet).")
     if opts.calibrate and not opts.measure:
         raise UsageError("--calibrate fits the cost model to measurements; add --measure K (e.g. --measure 4).")
-    model_path = parsed.values.get("model_path")
+    model_path = parsed.user.get("model_path")
     if model_path is None:
         raise UsageError("accord tune needs --model-path (a local model folder, or a built-in name such as "
                          "tiny-llama): the cost model reads its sizes.")
@@ -107,7 +107,7 @@ def main(argv: list[str]) -> int:
         # Measuring ranks only candidates whose predicted throughputs differ by more than
         # MEASURABLE_GAP: closer ones would measure noise against each other.
         beam = {"verify": max(opts.top, 12, 10 * (opts.measure or 0)), "distinct": MEASURABLE_GAP if measuring else 0}
-        result = tune(parsed.system, parsed.values, facts, workload, sla, opts.allow_quantization, costs, beam)
+        result = tune(parsed.system, parsed.user, facts, workload, sla, opts.allow_quantization, costs, beam)
     except ConflictError as err:
         return resolve_cmd.print_conflict(err, opts.json)
     report = None

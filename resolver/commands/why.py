@@ -135,7 +135,7 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"unknown {parsed.system} flag(s) {unknown}{suggestions} "
                          f"See `accord flags --system {parsed.system}`.")
     try:
-        config = resolve(parsed.system, parsed.values, facts, parsed.sources, relax=opts.relax)
+        config = resolve(parsed.system, parsed.user, facts, parsed.sources, relax=opts.relax)
     except ConflictError as err:
         return print_conflict(err, opts.json, parsed.warnings)
     if opts.json:

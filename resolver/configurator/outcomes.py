@@ -101,7 +101,7 @@ def _print_answer(endpoint: str, argv: list[str]) -> int | None:
         return command.print_conflict(outcome.conflict, False, parsed.warnings)
     if endpoint == "dry-run":
         print(outcome.text(("dry-run", *names), lambda: command.dry_run_json(
-            outcome.config, judge(plan, names, parsed.values, facts, outcome.config))))
+            outcome.config, judge(plan, names, parsed.user, facts, outcome.config))))
     elif opts.json:
         print(outcome.text("config", lambda: command.config_json(outcome.config)))
     else:
@@ -117,7 +117,7 @@ def outcome_for(argv: list[str]):
     opts, parsed, facts = resolve_command(argv, "accord resolve")
     if opts.relax:  # the CLI answers `--relax` itself; nothing to share
         return opts, parsed, facts, None
-    key = json.dumps([parsed.system, parsed.values, parsed.sources, parsed.warnings, facts],
+    key = json.dumps([parsed.system, parsed.user, parsed.sources, parsed.warnings, facts],
                      sort_keys=True, default=repr)
     return opts, parsed, facts, OUTCOMES.get(key, lambda: _solve(parsed, facts))
 
@@ -126,7 +126,7 @@ def _solve(parsed, facts) -> Outcome:
     from accord.resolver.api import ConflictError, resolve
 
     try:
-        return Outcome(config=resolve(parsed.system, parsed.values, facts, parsed.sources,
+        return Outcome(config=resolve(parsed.system, parsed.user, facts, parsed.sources,
                                       warnings=parsed.warnings))
     except ConflictError as err:
         return Outcome(conflict=err)

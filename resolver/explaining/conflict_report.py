@@ -88,17 +88,24 @@ def changes(user: Mapping[str, Any], fix: Fix, rule: str | None) -> list[dict]:
     return out
 
 
-def _fix_entry(catalog: Catalog, user: Mapping[str, Any], fix: Fix, rule: str | None) -> dict:
+def _fix_entry(catalog: Catalog, user: Mapping[str, Any], fix: Fix, rule: str | None,
+               command: Mapping[str, Any]) -> dict:
     values = dict(fix.changes)
     return {"text": fix_text(catalog, fix), "upstream": bool(fix.rule), "changes": changes(user, fix, rule),
-            "command": command_argv(catalog, user, [fix]),
+            "command": command_argv(catalog, command, [fix]),
             "fill_in": [{"flag": name, "spelling": catalog[name].primary, "value": values[name], "what": what}
                         for name, what in fix.fill_in]}
 
 
-def build(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], conflicts: list) -> dict:
-    """The whole report as JSON-ready data (sorted lists, no timestamps: same input, same bytes)."""
+def build(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], conflicts: list,
+          command: Mapping[str, Any] | None = None) -> dict:
+    """The whole report as JSON-ready data (sorted lists, no timestamps: same input, same bytes).
+
+    `command` is the launch as typed, when it holds more than `user` (a typed auto choice such as
+    `--moe-runner-backend auto` pins nothing, so the solver never sees it): each fix's command is
+    that launch with the fix applied, so nothing the user typed goes missing from it."""
     catalog, rules = plan.catalog, plan.ruleset.by_id()
+    command = user if command is None else command
     entries = []
     for conflict in conflicts:
         typed = " ".join(flag_arg(catalog, n, user[n]) for n in conflict.typed())
@@ -121,24 +128,24 @@ def build(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], conflic
                        "because": rules[rid].reason}
                       for rid in conflict.rules],
             "conclusion": _conclusion(typed, bool(conflict.facts)),
-            "fix_details": [_fix_entry(catalog, user, f, conflict.rules[0]) for f in conflict.fixes],
-            "chains": [_chain_entry(plan, user, chain, conflict.rules[0]) for chain in chains],
+            "fix_details": [_fix_entry(catalog, user, f, conflict.rules[0], command) for f in conflict.fixes],
+            "chains": [_chain_entry(plan, user, chain, conflict.rules[0], command) for chain in chains],
         })
     parts = combined_fix(plan, user, facts, conflicts)
     fix_all = None if parts is None else {
-        **_fix_entry(catalog, user, combine([fix for fix, _ in parts]), None), "upstream": False,
+        **_fix_entry(catalog, user, combine([fix for fix, _ in parts]), None, command), "upstream": False,
         "changes": [c for fix, conflict in parts for c in changes(user, fix, conflict.rules[0])]}
     return {"error": "conflict", "system": catalog.system, "conflicts": entries, "fix_all": fix_all}
 
 
-def _chain_entry(plan: Plan, user: Mapping[str, Any], chain, rule: str) -> dict:
+def _chain_entry(plan: Plan, user: Mapping[str, Any], chain, rule: str, command: Mapping[str, Any]) -> dict:
     catalog, rules = plan.catalog, plan.ruleset.by_id()
     because = "; and ".join(f"rule {rid}: {rules[rid].reason.rstrip('.')}" for rid in chain.rules)
     shown = " ".join(flag_arg(catalog, n, user[n]) for n in chain.flags)
     text = (f"dropping {catalog[chain.dropped].primary} still fails because "
             f"{because}{f' (with {shown})' if shown else ''}.")
     return {"dropped": chain.dropped, "rules": list(chain.rules), "flags": list(chain.flags), "text": text,
-            "then": None if chain.then is None else _fix_entry(catalog, user, chain.then, rule)}
+            "then": None if chain.then is None else _fix_entry(catalog, user, chain.then, rule, command)}
 
 
 def _value_of(plan: Plan, user, facts):

@@ -66,8 +66,8 @@ def accord_answer(case: dict, model_root: Path, relax: bool = False) -> dict:
     which is how Accord reports a value upstream would silently rewrite."""
     try:
         _, parsed = parse_flags(localize(case["argv"], model_root), system="diffusion")
-        facts = load_facts(case["preset"], model_path=parsed.values.get("model_path"), system="diffusion")
-        config = resolve("diffusion", parsed.values, facts, parsed.sources, relax=relax, warnings=parsed.warnings)
+        facts = load_facts(case["preset"], model_path=parsed.user.get("model_path"), system="diffusion")
+        config = resolve("diffusion", parsed.user, facts, parsed.sources, relax=relax, warnings=parsed.warnings)
     except AccordError as err:
         rules = sorted({r for c in getattr(err, "conflicts", ()) for r in c.rules})
         answer = {"status": "error", "error_type": type(err).__name__, "rules": rules,
@@ -76,7 +76,7 @@ def accord_answer(case: dict, model_root: Path, relax: bool = False) -> dict:
             answer["relaxed"] = accord_answer(case, model_root, relax=True)
         return answer
     origin = {name: (p.get("rule") or p.get("source")) for name, p in config.provenance.items()}
-    return {"status": "ok", "values": dict(config.values), "user": sorted(parsed.values), "origin": origin}
+    return {"status": "ok", "values": dict(config.values), "user": sorted(parsed.user), "origin": origin}
 
 
 def _norm(value: Any) -> Any:

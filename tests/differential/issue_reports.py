@@ -47,9 +47,9 @@ def _verdict(report: dict, strict: bool) -> dict:
     overrides.append(f"packages.sglang={report['sglang']}")
     try:
         _, parsed = parse_flags(accord_argv(report["argv"]))
-        facts = load_facts(machine["preset"], overrides, model_path=parsed.values.get("model_path"),
+        facts = load_facts(machine["preset"], overrides, model_path=parsed.user.get("model_path"),
                            system=parsed.system)
-        config = resolve(parsed.system, parsed.values, facts, parsed.sources, warnings=parsed.warnings,
+        config = resolve(parsed.system, parsed.user, facts, parsed.sources, warnings=parsed.warnings,
                          strict=strict)
     except ConflictError as err:
         return {"status": "refused", "rules": sorted({r for c in err.conflicts for r in c.rules})}

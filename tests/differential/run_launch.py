@@ -48,8 +48,8 @@ def accord_launch(case: dict):
     try:
         _, parsed = parse_flags(argv, system=system)
         facts = load_facts(case["preset"], tuple(case.get("accord_facts", ())),
-                           model_path=parsed.values.get("model_path"), system=system)
-        config = resolve(system, parsed.values, facts, parsed.sources, warnings=parsed.warnings)
+                           model_path=parsed.user.get("model_path"), system=system)
+        config = resolve(system, parsed.user, facts, parsed.sources, warnings=parsed.warnings)
     except AccordError as err:
         return None, str(err).splitlines()[0]
     return config, emit(config)

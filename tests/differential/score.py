@@ -47,15 +47,15 @@ def accord_answer(case: dict, relax: bool = False, strict: bool = False) -> dict
     try:
         _, parsed = parse_flags(accord_argv(case["argv"]))
         facts = load_facts(case["preset"], tuple(case.get("fact_overrides", ())),
-                           model_path=parsed.values.get("model_path"), system=parsed.system)
-        config = resolve(parsed.system, parsed.values, facts, parsed.sources,
+                           model_path=parsed.user.get("model_path"), system=parsed.system)
+        config = resolve(parsed.system, parsed.user, facts, parsed.sources,
                          warnings=parsed.warnings, strict=strict)
     except ConflictError as err:
         rules = sorted({r for c in err.conflicts for r in c.rules})
         answer = {"status": "error", "kind": "conflict", "rules": rules, "error": err.text()}
         if relax:
             try:
-                relaxed = resolve(parsed.system, parsed.values, facts, parsed.sources, relax=True,
+                relaxed = resolve(parsed.system, parsed.user, facts, parsed.sources, relax=True,
                                   warnings=parsed.warnings, strict=strict)
                 answer["relaxed"] = {"status": "ok", "values": dict(relaxed.values), "facts": dict(facts)}
             except AccordError:

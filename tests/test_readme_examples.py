@@ -1,0 +1,88 @@
+"""The README's `$ accord ...` examples print what they show.
+
+Why: the README is the first thing a user runs, and an example that drifted from the real output
+(a rule changed, a fix ranked differently) teaches the wrong thing. Every example block that holds
+one `$ accord` command is run as written, with `models/<name>` pointing at the test checkpoints
+(tests/differential/fixtures/models); its output must equal the block, or, where the block elides
+lines with `...`, contain every line it shows. Blocks with several commands, an elided command, or
+a timed measurement (`--measure`, whose figures are this machine's) are not run; each is named
+below with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "tests" / "differential" / "fixtures" / "models"
+BLOCK = re.compile(r"```[a-z]*\n(.*?)```", re.S)
+
+
+def _examples() -> list[tuple[str, str]]:
+    """(command, expected output) for each README block that starts with one `$ accord` command."""
+    found = []
+    for block in BLOCK.findall((ROOT / "README.md").read_text()):
+        lines = block.rstrip("\n").split("\n")
+        if not lines[0].startswith("$ accord"):
+            continue
+        command, rest = [lines[0][2:]], lines[1:]
+        while command[-1].endswith("\\"):
+            command[-1] = command[-1][:-1]
+            command.append(rest.pop(0).strip())
+        found.append((" ".join(command), "\n".join(rest)))
+    return found
+
+
+def _not_run(command: str, expected: str) -> str | None:
+    if "..." in command:
+        return "the command itself is elided"
+    if any(line.startswith("$ ") for line in expected.split("\n")):
+        return "several commands in one block"
+    if "--measure" in command:
+        return "timed on the machine that ran it"
+    return None
+
+
+EXAMPLES = _examples()
+
+
+def test_the_readme_has_examples_that_run():
+    assert sum(1 for c, e in EXAMPLES if _not_run(c, e) is None) >= 8
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A folder where `models/<name>` are the test checkpoints and `tests/` is this repository's."""
+    where = tmp_path_factory.mktemp("readme")
+    (where / "models").mkdir()
+    for model in MODELS.glob("*/*"):
+        (where / "models" / model.name).symlink_to(model)
+    (where / "tests").symlink_to(ROOT / "tests")
+    return where
+
+
+def _accord() -> list[str]:
+    script = Path(sys.executable).parent / "accord"
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "accord.resolver.cli"]
+
+
+@pytest.mark.parametrize("command, expected", [pytest.param(c, e, id=c[:70]) for c, e in EXAMPLES
+                                               if _not_run(c, e) is None])
+def test_a_readme_example_prints_what_it_shows(workdir, command, expected):
+    env = {**os.environ, "COLUMNS": "100"}  # the width the README's examples were printed at
+    words = shlex.split(command)
+    done = subprocess.run([*_accord(), *words[1:]], capture_output=True, text=True, env=env, cwd=workdir,
+                          timeout=300)
+    real = (done.stdout + done.stderr).rstrip("\n")
+    if "..." in expected:
+        missing = [line for line in expected.split("\n") if line.strip() and "..." not in line and line not in real]
+        assert not missing, f"lines the README shows that `{command}` no longer prints: {missing}"
+    else:
+        assert real == expected.rstrip("\n"), f"`{command}` prints something else than the README shows"
