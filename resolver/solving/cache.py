@@ -17,7 +17,11 @@ for every store:
 The layer can be switched off: with `ACCORD_SOLVER_CACHE=0` in the environment, or inside
 `with uncached():`, every lookup computes its answer afresh and keeps nothing, so the reference
 runs as written (the property test in tests/test_solver_cache.py compares the two, and
-benchmarks/bench_cache_layer.py measures what the layer saves).
+benchmarks/bench_cache_layer.py measures what the layer saves). The incremental algorithms of
+`Nearby` and `Pinning` (answers about a command's neighbours and pinned values, from the base
+command's solve) are speed-ups of this layer too: switched off, each of their queries is answered
+by a full solve of that other command (resolver/solving/reference.py; tests/test_solver_queries.py
+compares the two).
 
 Every store, where its question is asked:
 

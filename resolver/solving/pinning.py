@@ -1,7 +1,9 @@
 """Legality of pinned values: "is this command still legal with these flags pinned?", fast.
 
 The dry-run asks it for every value of every backend-like flag, and the CI matrix for every
-partial row; both start from one resolve and reuse it (see `Pinning`).
+partial row; both start from one resolve and reuse it (see `Pinning`). Each answer's reference is
+a full solve of the pinned command (resolver/solving/reference.py `exclusions`), which answers
+whenever the cache layer is off; what follows is the layer's speed-up of it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from accord.resolver.explaining.explain import minimal_rules
 from accord.resolver.explaining.report import describe_value
 from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.language.ruletypes import Rule
+from accord.resolver.solving import reference
+from accord.resolver.solving.cache import enabled
 from accord.resolver.solving.solve import Env, Plan, holds
 
 
@@ -27,6 +31,11 @@ class Pinning:
 
     Without a resolved configuration (the user's flags conflict by themselves) every question goes
     to the solver.
+
+    `legal`, `verdict`, `first_exclusion` and `exclusions` are the speed-up of one full solve of
+    the pinned command (`reference.exclusions`, which answers them with the cache layer off);
+    tests/test_solver_queries.py holds the two to the same answers. `environment` is not a solve:
+    it is the example the check above reads (the resolved decisions the pins leave alone kept).
     """
 
     def __init__(self, plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
@@ -76,6 +85,9 @@ class Pinning:
         return self._touching[names]
 
     def legal(self, pins: Mapping[str, Any]) -> bool:
+        """Whether the command with `pins` is satisfiable (`plan.satisfiable` of it)."""
+        if not enabled():
+            return self.plan.satisfiable({**self.user, **pins}, self.facts)
         return self._judge(pins, every=False) is None
 
     def verdict(self, pins: Mapping[str, Any]) -> tuple[Rule, ...] | None:
@@ -93,9 +105,13 @@ class Pinning:
         return self._judge(pins, every=True)
 
     def _judge(self, pins: Mapping[str, Any], every: bool) -> list[tuple[Rule, ...]] | None:
-        """The exclusions of `pins`; without `every`, only the first proof found (possibly empty)."""
+        """The exclusions of `pins`; without `every`, only the first proof found (possibly empty):
+        `reference.exclusions` of the pinned command, which answers when the cache layer is off."""
         names = frozenset(pins)
         pinned = {**self.user, **pins}
+        if not enabled():
+            return reference.exclusions(self.plan, pinned, self.facts, self.decisions is not None,
+                                        minimal_rules, every)
         if self.decisions is None:
             if self.plan.satisfiable(pinned, self.facts):
                 return None

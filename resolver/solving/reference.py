@@ -1,0 +1,99 @@
+"""What `Nearby` and `Pinning` answer, written plainly on the core: their reference answers.
+
+Accord asks the solver three ways: about a command (`Plan.solve`, `satisfiable`, `decisions`), about
+its neighbours (`Nearby`, resolver/solving/nearby.py: the command with a few flags changed, or under
+a subset of the hard rules), and about pinned values (`Pinning`, resolver/solving/pinning.py: is the
+command still legal with these flags pinned, and which rules exclude it). A neighbour and a pinned
+command are commands too, so every answer of the last two is a plain question to the core about
+another command, stated here. With the cache layer off (`ACCORD_SOLVER_CACHE=0`, or inside
+`cache.uncached()`) `Nearby` and `Pinning` answer by these functions and nothing else; with it on,
+they run their incremental algorithms, the layer's speed-ups of these answers (they start from the
+base command's solve and recompute only what the change reaches). tests/test_solver_queries.py
+demands the same answers from both.
+
+Everything here computes from its arguments, through `Plan`, and keeps nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from accord.resolver.language.expr_runtime import UnknownFact
+from accord.resolver.language.ruletypes import Rule
+from accord.resolver.solving.solve import Env, Plan, check, holds
+
+# -- a command and its neighbours (`Nearby`) --------------------------------------------------
+
+
+def decision_reading(plan: Plan, user: Mapping[str, Any]) -> list[Rule]:
+    """The hard rules that read a solver decision in launches with these flags set, in rule order."""
+    memo: dict[str, frozenset] = {}  # `Plan.depends`'s working memo for these set flags
+    return [rule for rule in plan.hard_rules if plan.depends(rule.constrained_flags, user, memo)]
+
+
+def verdict(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], rule: Rule) -> Any:
+    """A decision-free hard rule's verdict on the command (True, False, or the key of the unknown
+    fact that keeps it from being checked); None for a rule that reads a decision."""
+    if plan.depends(rule.constrained_flags, user, {}):
+        return None
+    try:
+        return check(rule, Env(plan, user, facts, {}))
+    except UnknownFact as missing:
+        return missing.key
+
+
+def base_decisions(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The command's decisions under its decision-reading hard rules alone (None: those rules
+    have no solution together)."""
+    return plan.decisions(user, facts, decision_reading(plan, user))
+
+
+def warnings(plan: Plan, values: Mapping[str, Any], facts: Mapping[str, Any]) -> set[str]:
+    """Ids of the warn rules firing for the command `values`, read from its full solve as `accord
+    resolve` reads them (none when the solve fails; a rule needing an unknown fact stays silent)."""
+    outcome = plan.solve(values, facts)
+    if not outcome.satisfiable:
+        return set()
+    env = Env(plan, values, facts, outcome.values)
+    fired = set()
+    for rule in plan.warn_rules:
+        try:
+            if rule.when is None or rule.when(env):
+                fired.add(rule.id)
+        except UnknownFact:
+            continue
+    return fired
+
+
+# -- pinned values (`Pinning`) -----------------------------------------------------------------
+
+
+def excluding_alone(plan: Plan, pinned: Mapping[str, Any], facts: Mapping[str, Any]) -> list[Rule]:
+    """The hard rules that, each by itself, no launch with these values satisfies, in rule order.
+
+    A rule holding with every decision at its most preferred eligible value (an `Env` with none
+    taken) is satisfied by that launch, so only the others are solved."""
+    preferred = Env(plan, pinned, facts, {})
+    return [rule for rule in plan.hard_rules
+            if not holds(rule, preferred) and not plan.satisfiable(pinned, facts, [rule])]
+
+
+def exclusions(plan: Plan, pinned: Mapping[str, Any], facts: Mapping[str, Any], resolved: bool,
+               minimal_rules, every: bool) -> list[tuple[Rule, ...]] | None:
+    """`Pinning`'s answer for the command `pinned` (the user's flags with the pins on top): None
+    when it is satisfiable; else the groups of rules that exclude it.
+
+    With `every`: each rule excluding it by itself, as a group of one, in rule order; when none
+    does, the one minimal set of rules `minimal_rules` (explaining/explain.py) finds on it. Without:
+    the first of those single rules, one reading no decision once pinned first (no choice of the
+    solver changes it), or no group (`[]`: no single rule to blame).
+
+    `resolved` is false when the user's flags conflict by themselves (the Pinning has no resolved
+    configuration): then no single rule is looked for (`every`: the minimal set; else `[]`)."""
+    if plan.satisfiable(pinned, facts):
+        return None
+    alone = excluding_alone(plan, pinned, facts) if resolved else []
+    if every:
+        return [(rule,) for rule in alone] or [tuple(minimal_rules(plan, pinned, facts))]
+    fixed = [rule for rule in alone if not plan.rule_depends(rule, pinned)]
+    return [((fixed or alone)[0],)] if alone else []
