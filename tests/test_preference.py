@@ -18,7 +18,7 @@ from accord.resolver import api
 from accord.resolver.cli import main
 from accord.resolver.explaining.diagnose import find_conflicts
 from accord.resolver.exploring import dryrun, matrix
-from accord.resolver.facts.machine import load_facts
+from accord.resolver.facts.machine import load_facts, load_preset
 from accord.resolver.solving import preference
 from accord.resolver.solving.preference import (
     SpeedOrder,
@@ -73,6 +73,15 @@ def test_every_speed_order_cites_upstream():
 def test_nearer_sizes_put_8_and_4_before_2_for_a_typed_6(plan):
     sizes = nearer_sizes(plan, 6, {"gpu.count": 8})
     assert sizes[:2] == [8, 4] and sizes.index(2) > 1
+
+
+def test_a_typed_zero_size_gets_sizes_from_one_up_and_a_conflict_not_a_crash(plan):
+    """`--ep-size 0` has no ratio to be near: the sizes to try start at 1, and the launch is
+    refused with an explanation (it used to end in a ZeroDivisionError traceback)."""
+    assert nearer_sizes(plan, 0, {"gpu.count": 8}, "ep_size") == [1, 2, 4, 8]
+    with pytest.raises(api.ConflictError) as err:
+        api.resolve("llm", {"ep_size": 0}, load_preset("a100"))
+    assert err.value.conflicts and all(c.fixes for c in err.value.conflicts)
 
 
 def test_the_kv_floor_holds_at_tp_4_but_not_at_tp_2_for_a_70b_model_on_h100(plan):

@@ -194,7 +194,8 @@ def nearer_sizes(plan: Plan, current: int, facts: Mapping[str, Any] = {}, name: 
     """Integers to try instead of a typed `current`, nearest (by ratio) first, larger first on a
     tie: its half, its double and its quarter; for a size usually a power of two (`nearer.power_of_two_sizes`, or
     when no flag is named) also the powers of two up to `powers_of_two_beyond` x current or up to
-    the `powers_of_two_up_to` facts (a port or a GPU index is no power of two)."""
+    the `powers_of_two_up_to` facts (a port or a GPU index is no power of two). Below 1 (a typed
+    0) they are the sizes from 1 up."""
     prefs = preferences_for(plan)
     found = {v for v in (current // 2, current * 2, current // 4) if v >= 1}
     if name is None or name in prefs.power_of_two_sizes:
@@ -203,6 +204,8 @@ def nearer_sizes(plan: Plan, current: int, facts: Mapping[str, Any] = {}, name: 
                   *(b for b in bounds if isinstance(b, int) and not isinstance(b, bool)))
         found |= {1 << i for i in range(top.bit_length()) if (1 << i) <= top}
     found.discard(current)
+    if current < 1:  # a typed 0 or a negative size: no ratio to be near, so the smallest first
+        return sorted(found)
     return sorted(found, key=lambda v: (abs(math.log(v / current)), -v))
 
 
