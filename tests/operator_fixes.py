@@ -88,9 +88,9 @@ def judge(case: dict) -> Verdict:
     keeps = resolves = False
     if combined is not None:
         again, _ = parse((["--system", system] if system != "llm" else []) + combined, case["facts"])
-        keeps = again.values.get("model_path") == model
+        keeps = again.user.get("model_path") == model
         try:
-            api.resolve(system, again.values, facts)
+            api.resolve(system, again.user, facts)
             resolves = True
         except api.ConflictError:
             resolves = False
