@@ -16,7 +16,7 @@ from accord.resolver.explaining.diagnose import find_conflicts
 from accord.resolver.explaining.explain import minimal_rules
 from accord.resolver.explaining.fixes import MAX_FIXES, PER_FLAG, _proposals, _size_flag, find_fixes
 from accord.resolver.facts.machine import load_facts
-from accord.resolver.language.expr_runtime import UnknownFact
+from accord.resolver.solving import reference
 from accord.resolver.solving.nearby import Nearby, nearby_for
 from accord.resolver.solving.preference import (
     FixFacts,
@@ -48,22 +48,6 @@ def _launch(preset, argv):
     return plan_for(parsed.system), dict(parsed.user), facts
 
 
-def _warnings_by_full_solve(plan, values, facts):
-    """The warn rules firing for a command, read from `Plan.solve` as `accord resolve` does."""
-    outcome = plan.solve(values, facts)
-    if not outcome.satisfiable:
-        return set()
-    env = Env(plan, values, facts, outcome.values)
-    fired = set()
-    for rule in plan.warn_rules:
-        try:
-            if rule.when is None or rule.when(env):
-                fired.add(rule.id)
-        except UnknownFact:
-            continue
-    return fired
-
-
 def _conflicts(plan, user, facts):
     """(each conflict's flags and rules, the launch without the other conflicts' flags), as
     find_conflicts judges each conflict's fixes."""
@@ -87,7 +71,7 @@ def test_a_neighbour_is_satisfiable_with_the_decisions_of_a_full_solve(preset, a
             found = nearby.solve(values, fix.flags())
             assert (found.decided if found else None) == plan.decisions(values, facts), fix
             if found is not None:
-                assert nearby.warnings(found) == _warnings_by_full_solve(plan, values, facts), fix
+                assert nearby.warnings(found) == reference.warnings(plan, values, facts), fix
                 checked += 1
     assert checked, "no satisfiable neighbour: the launch list no longer exercises the decisions"
 
@@ -115,7 +99,7 @@ def test_lazy_ranking_gives_the_fixes_of_ranking_every_verified_candidate(preset
 def _every_candidate_ranked(plan, user, facts, flags, rules):
     """The ranking of rules/README.md ("Preferences"), done the slow way: verify every allowed
     candidate with a full solve, then sort by the preference ranking's key."""
-    before = _warnings_by_full_solve(plan, user, facts)
+    before = reference.warnings(plan, user, facts)
     env = Env(plan, dict(user), facts, {})
     candidates, seen = [], set()
     for fix in _proposals(plan, user, facts, flags, rules):
@@ -134,7 +118,7 @@ def _every_candidate_ranked(plan, user, facts, flags, rules):
         now = [(name, after.flag(name)) for name in sorted(fix.flags())]
         hinted = 0 if fix.rule else 1 if fix.changes and frozenset(fix.flags()) in hinted_flags else 2
         facts_of = FixFacts(size=fix.size(), hinted=hinted, kv_ok=not kv_floor_moves(plan, fix.flags()) or kv_floor_holds(plan, values, facts, decided),
-                            added_warnings=len(_warnings_by_full_solve(plan, values, facts) - before),
+                            added_warnings=len(reference.warnings(plan, values, facts) - before),
                             checkpoint_set=checkpoint_set(plan, fix.changes), slowness=slowness(plan, now, env),
                             typed_touched=sum(1 for name in fix.flags() if name in user),
                             distance=sum(distance(v, user.get(n), n in fix.drops) for n, v in now), order=order)
