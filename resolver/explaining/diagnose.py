@@ -203,7 +203,7 @@ def upstream_rewrite(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, An
             return parts
         # What is left once the rewritten flags are upstream's: the typed values they leave.
         rest = {k: v for k, v in user.items() if k not in fix.flags()}
-        more = find_conflicts(plan, rest, facts) if not plan.satisfiable(rest, facts) else []
+        more = find_conflicts(plan, rest, facts)  # none when `rest` is satisfiable
         if not more:
             return None
         extra = _hinted(plan, rest, facts, more)

@@ -62,25 +62,24 @@ def enabled() -> bool:
 
 
 @contextlib.contextmanager
-def uncached() -> Iterator[None]:
+def switched(on: bool) -> Iterator[None]:
+    """Run the block with the cache layer on or off, whatever `ACCORD_SOLVER_CACHE` says."""
+    before = _state["on"]
+    _state["on"] = on
+    try:
+        yield
+    finally:
+        _state["on"] = before
+
+
+def uncached() -> contextlib.AbstractContextManager[None]:
     """Run the block with the cache layer off: every answer is computed from scratch."""
-    before = _state["on"]
-    _state["on"] = False
-    try:
-        yield
-    finally:
-        _state["on"] = before
+    return switched(False)
 
 
-@contextlib.contextmanager
-def cached() -> Iterator[None]:
+def cached() -> contextlib.AbstractContextManager[None]:
     """Run the block with the cache layer on (whatever `ACCORD_SOLVER_CACHE` says)."""
-    before = _state["on"]
-    _state["on"] = True
-    try:
-        yield
-    finally:
-        _state["on"] = before
+    return switched(True)
 
 
 _MISSING = object()
