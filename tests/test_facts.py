@@ -197,7 +197,7 @@ def test_cpu_with_gpus_is_refused():
 
 
 @pytest.mark.parametrize("text, suffix, expected", [
-    ("preset: h100\ngpu: [unclosed\n", ".yaml", "line 3"),
+    ("preset: h100\ngpu: [unclosed\n", ".yaml", "line 2"),  # the line whose bracket never closes
     ('{"preset": "h100",\n "gpu.sm": }', ".json", "line 2"),
     ("- just\n- a list\n", ".yaml", "a mapping of fact keys"),
     ("preset: h100\ngpu:\n  smm: 90\n", ".yaml", "Did you mean 'gpu.sm'"),

@@ -10,7 +10,7 @@ import accord.resolver.facts.model as model_facts_module
 from accord.resolver.errors import UsageError
 from accord.resolver.facts.machine import load_facts
 from accord.resolver.facts.schema import contradictions, type_problem
-from accord.resolver.facts.model import model_facts, model_path_warning
+from accord.resolver.facts.model import model_facts, model_note
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
          "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072,
@@ -158,16 +158,16 @@ def test_hub_id_is_recovered_from_a_hugging_face_cache_folder(tmp_path):
     assert model_facts(write_model(folder, LLAMA))["model.id"] == "meta-llama/Llama-3.1-8B"
 
 
-def test_a_hub_id_gives_unknown_model_facts_and_a_warning_naming_it():
-    assert model_facts("meta-llama/Llama-3.1-8B") == {}
-    note = model_path_warning("meta-llama/Llama-3.1-8B", "llm")
-    assert "meta-llama/Llama-3.1-8B" in note and "unknown" in note
+def test_a_hub_id_no_source_knows_gives_unknown_model_facts_and_a_warning_naming_it():
+    assert model_facts("no-such-org/no-such-model") == {}
+    note = model_note("no-such-org/no-such-model", "llm")
+    assert "no-such-org/no-such-model" in note and "unknown" in note
 
 
 def test_a_path_missing_here_gives_unknown_model_facts_and_a_warning(tmp_path):
     path = str(tmp_path / "no" / "such" / "folder")
     assert model_facts(path) == {}
-    assert "does not exist on this machine" in model_path_warning(path, "llm")
+    assert "does not exist on this machine" in model_note(path, "llm")
 
 
 @pytest.mark.parametrize("make, words", [
@@ -179,7 +179,7 @@ def test_a_model_path_that_is_not_a_model_folder_is_a_usage_error(tmp_path, make
     with pytest.raises(UsageError, match=words):
         model_facts(path)
     with pytest.raises(UsageError, match=words):
-        model_path_warning(path, "llm")
+        model_note(path, "llm")
 
 
 def test_a_folder_of_the_other_system_is_a_usage_error(tmp_path):

@@ -2,7 +2,7 @@
 
 Why a parser per command line: argparse builds one action per option, and a catalog holds five
 hundred flags, so a parse registers only the catalog flags whose spellings appear on its command line
-(all of them for `--help`). Prefixes are written out in full before parsing (`flagspellings`) and
+(`--help` lists them from the catalog itself, by group: `commandhelp`). Prefixes are written out in full before parsing (`flagspellings`) and
 argparse's own abbreviation is off, so argparse's reading of a word (option, value or unknown) does
 not depend on which other options exist: the answer is the same as with the full parser. Parsers are
 cached by the flags they hold. argparse's own errors become one-paragraph `UsageError`s here, and so
@@ -16,6 +16,7 @@ import functools
 import re
 from typing import Any, Callable
 
+from accord.resolver.commandline.commandhelp import HelpAction
 from accord.resolver.commandline.flagactions import ConstAction, RetiredAction, ValueAction
 from accord.resolver.commandline.flagspellings import (
     flag_warning,
@@ -161,14 +162,14 @@ def _add_catalog_flags(parser: CommandParser, system: str, catalog: Catalog, nam
 @functools.lru_cache(maxsize=64)
 def command_parser(system: str, add_options: AddOptions | None, prog: str,
                    names: frozenset[str] | None) -> tuple[CommandParser, Catalog]:
-    """A command's parser: Accord's options, the catalog flags in `names` (None: every flag, as
-    `--help` needs) and the calling command's own options."""
+    """A command's parser: `--help [GROUP]`, Accord's options, the catalog flags in `names` (None:
+    every flag) and the calling command's own options."""
     catalog = load_catalog(system)
     parser = CommandParser(
-        prog=prog, allow_abbrev=False,
+        prog=prog, allow_abbrev=False, add_help=False,
         usage=f"{prog} [--system SYSTEM] [--config FILE] [options] [FLAGS ...]",
-        description=f"Flags of the {system} server (see `accord flags --system {system}`).",
     )
+    HelpAction.add_to(parser, catalog)
     _add_own_options(parser)
     _add_catalog_flags(parser, system, catalog, names)
     if add_options is not None:
@@ -176,14 +177,11 @@ def command_parser(system: str, add_options: AddOptions | None, prog: str,
     return parser, catalog
 
 
-def flags_named(argv: list[str], catalog: Catalog) -> frozenset[str] | None:
-    """The catalog flags spelled in argv (a word's part before `=`), or None when help is asked
-    for: `-h...` or `--help` anywhere means the full parser (over-asking only costs time)."""
+def flags_named(argv: list[str], catalog: Catalog) -> frozenset[str]:
+    """The catalog flags spelled in argv (a word's part before `=`)."""
     index = spelling_index(catalog)
     names = set()
     for word in argv:
-        if word.startswith("-h") or word.partition("=")[0] == "--help":
-            return None
         found = index.get(word.partition("=")[0])
         if found is not None:
             names.add(found[0].name)

@@ -102,8 +102,9 @@ def _read_yaml(path: str, text: str) -> list[ConfigEntry]:
     try:
         root = yaml.compose(text, Loader=_loader())
     except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        line = mark.line + 1 if mark else 1
+        from accord.resolver.language.yamlerrors import problem_line  # error path only
+
+        line = problem_line(err, text) or 1
         raise UsageError(f"config file {path}, line {line}: malformed YAML: {err.problem or err.context}.") from None
     except yaml.YAMLError as err:
         raise UsageError(f"config file {path}: malformed YAML: {err}.") from None

@@ -6,7 +6,8 @@ or from facts it probes, current spellings only, the environment variables upstr
 no upstream option can carry is named in a warning, never dropped silently.
 
 Exit codes: 0 started (the process becomes the launcher; with --dry-run or --emit-config, printed or
-written), 2 bad usage, 3 no legal configuration (the usual conflict report), 127 launcher not found.
+written), 2 bad usage, 3 no legal configuration (the usual conflict report), 127 launcher not found
+(an executable missing from PATH, or a `python -m` launcher whose interpreter lacks the package).
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import argparse
 import json
 import os
 import shlex
+import subprocess
 import sys
 
 from accord.resolver.api import ConflictError, resolve
 from accord.resolver.commandline.emit import Launch, check_launcher, emit, load_spec
 from accord.resolver.commands.options import add_fact_options
-from accord.resolver.commands.resolve import print_conflict, resolve_command
+from accord.resolver.commands.resolve import model_source_json, print_conflict, resolve_command
 from accord.resolver.errors import UsageError
 
 EXIT_LAUNCHER_MISSING = 127
@@ -49,13 +51,15 @@ def main(argv: list[str]) -> int:
     try:
         config = resolve(parsed.system, parsed.user, facts, parsed.sources, warnings=parsed.warnings)
     except ConflictError as err:
-        return print_conflict(err, opts.json)
+        return print_conflict(err, opts.json, parsed=parsed)
     launch = emit(config, launcher)
     if opts.json:
         if opts.emit_config:
             config_file(launch, opts.emit_config)
         data = launch.to_dict()
         data["resolve_warnings"] = list(config.warnings)
+        if parsed.user.get("model_path") is not None:
+            data["model_source"] = model_source_json(parsed)
         print(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
         return 0
     for line in (*config.warnings, *launch.warnings):
@@ -95,10 +99,54 @@ def config_file(launch: Launch, path: str) -> str:
     return " ".join([*assigns, *(shlex.quote(w) for w in words)])
 
 
+# Run by the launcher's own interpreter: exit 3 when it cannot find the top-level package. Only the
+# package is looked up (never imported): finding `sglang.launch_server` would import sglang itself.
+_FIND_PACKAGE = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else 3)"
+_PACKAGE_MISSING = 3
+
+
+def python_module(command: list[str]) -> tuple[str, str] | None:
+    """(interpreter, top-level package) of a `python3 [options] -m package.module ...` launcher;
+    None for any other launcher (an executable such as `sglang serve` is found on PATH or not)."""
+    if not command or not os.path.basename(command[0]).startswith("python") or "-m" not in command[1:]:
+        return None
+    at = command.index("-m", 1)
+    if at + 1 >= len(command) or not all(word.startswith("-") for word in command[1:at]):
+        return None
+    return command[0], command[at + 1].split(".")[0]
+
+
+def missing_package(launch: Launch, env: dict[str, str]) -> str | None:
+    """The package a `python -m` launcher runs, when its interpreter cannot find it.
+
+    Without this check the interpreter replaces `accord launch` and dies with its own
+    ModuleNotFoundError and exit 1; the check costs one interpreter start (no import of the package)."""
+    found = python_module(launch.command)
+    if found is None:
+        return None
+    interpreter, package = found
+    try:
+        probe = subprocess.run([interpreter, "-c", _FIND_PACKAGE, package], env=env,
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None  # no interpreter (exec reports it) or no answer: let the launcher speak for itself
+    return package if probe.returncode == _PACKAGE_MISSING else None
+
+
 def exec_launch(launch: Launch) -> int:
     """Replace this process with the launcher (its environment: ours plus the launch's)."""
     env = dict(os.environ)
     env.update(launch.env)
+    package = missing_package(launch, env)
+    if package is not None:
+        interpreter = launch.command[0]
+        print(f"accord launch: {interpreter} cannot import {package}, so `{' '.join(launch.launcher)}` "
+              f"cannot start: upstream SGLang is not installed for that interpreter. Install it there "
+              f"(`{interpreter} -m pip install sglang`), or give the command that starts it with "
+              f"--launcher, e.g. --launcher \"/path/to/venv/bin/python -m sglang.launch_server\"; "
+              f"`accord launch --dry-run` prints the command without starting anything.",
+              file=sys.stderr)
+        return EXIT_LAUNCHER_MISSING
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -92,7 +92,7 @@ def _models(option: list[str], fixed: dict) -> list[str]:
 def main(argv: list[str]) -> int:
     from accord.resolver.commandline.flagparse import parse_flags
     from accord.resolver.facts.machine import load_facts
-    from accord.resolver.facts.model import model_path_warning
+    from accord.resolver.facts.model import model_note
 
     own, fix_words = _split_fix(list(argv))
     opts = _parser().parse_args(own)
@@ -108,7 +108,7 @@ def main(argv: list[str]) -> int:
         raise UsageError("--facts needs at least one preset or facts file, e.g. --facts h100,b200.")
     models = _models(opts.model_path, fixed)
     for model in models:
-        note = model_path_warning(model, opts.system)
+        note = model_note(model, opts.system)
         if note:
             print(f"warning: {note}", file=sys.stderr)
     if len(models) == 1:  # one model: a fixed flag whose facts every preset carries

@@ -10,32 +10,18 @@ import argparse
 import dataclasses
 import json
 import sys
-import textwrap
 
 from accord.resolver.api import ConflictError, resolve
 from accord.resolver.commandline.flagparse import ParsedFlags, parse_flags
 from accord.resolver.commands.options import add_fact_options
 from accord.resolver.errors import EXIT_CONFLICT
 from accord.resolver.facts.machine import load_facts
-from accord.resolver.facts.model import model_path_warning
+from accord.resolver.facts.model import model_note
+from accord.resolver.facts.model_sources import ModelSource, find_model
 from accord.resolver.frozen import ResolvedConfig, thaw
-from accord.resolver.language.yamlcache import read_yaml_files
-from accord.rules.paths import RULES_DIR
-
-
-def help_examples() -> str:
-    """The opening of `accord resolve --help`: what it does and example commands (rules/help.yaml)."""
-    (data,), = read_yaml_files([RULES_DIR / "help.yaml"])
-    text = textwrap.fill(data["resolve"]["summary"], 96) + "\n\nexamples:\n"
-    for example in data["resolve"]["examples"]:
-        shows = f"    ({example['shows']})" if example.get("shows") else ""
-        text += f"  {example['command']}{shows}\n"
-    return text
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
-    if parser.prog.startswith("accord resolve"):
-        _open_help_with_examples(parser)
     add_fact_options(parser)
     parser.add_argument("--json", action="store_true", help="print JSON for tools")
     parser.add_argument("--strict", action="store_true",
@@ -50,51 +36,62 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="with --dry-run: only these flags (repeatable)")
 
 
-def _open_help_with_examples(parser: argparse.ArgumentParser) -> None:
-    """`accord resolve --help` opens with examples and the list of flag groups, each titled as
-    its section below (search the help for the title to jump there)."""
-    titles = [group.title for group in parser._action_groups if group.title and " flags: " in group.title]
-    listing = textwrap.fill(", ".join(t.split(" flags: ", 1)[1] for t in titles), 96,
-                            initial_indent="  ", subsequent_indent="  ")
-    system = titles[0].split(" flags: ", 1)[0] if titles else "llm"
-    parser.description = (f"{help_examples()}\nflag groups (search for \"{system} flags: GROUP\"; "
-                          f"`accord flags --system {system}` lists every flag):\n{listing}")
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-
-
 def resolve_command(argv: list[str], prog: str, options=None) -> tuple[argparse.Namespace, ParsedFlags, dict]:
     """Parse a launch command and load its facts (shared by resolve, why, serve and launch);
     `options` adds the command's own options (default: resolve's)."""
     opts, parsed = parse_flags(argv, add_options=options or add_options, prog=prog)
-    model_path = parsed.user.get("model_path")
-    facts = load_facts(opts.facts, opts.fact, model_path=model_path, system=parsed.system)
-    note = model_path_warning(model_path, parsed.system) if model_path is not None else None
+    model_path, revision = parsed.user.get("model_path"), parsed.user.get("revision")
+    facts = load_facts(opts.facts, opts.fact, model_path=model_path, system=parsed.system, revision=revision)
+    note = model_note(model_path, parsed.system, revision)
     if note:
         parsed = dataclasses.replace(parsed, warnings=(*parsed.warnings, note))
     return opts, parsed, facts
 
 
-def conflict_json(err: ConflictError) -> str:
-    """`--json` for a launch with no legal configuration: every conflict, its proof and fixes."""
-    return json.dumps(err.to_dict(), indent=2, sort_keys=True)
+def model_source(parsed: ParsedFlags) -> ModelSource | None:
+    """Where the facts of the typed --model-path came from (None: no --model-path, or no source
+    knew the model). Asking again costs nothing: the chain keeps its answer for a hub id."""
+    model_path = parsed.user.get("model_path")
+    if model_path is None:
+        return None
+    return find_model(model_path, parsed.system, parsed.user.get("revision")).source
 
 
-def print_conflict(err: ConflictError, as_json: bool, notes: tuple[str, ...] | list[str] = ()) -> int:
-    """The conflict report; in text, followed by what reading the command noted (`notes`: an old
-    value spelling and what it became, so a report naming the current spelling is explained when
-    the old one was typed)."""
+def model_source_json(parsed: ParsedFlags) -> dict | None:
+    """The `model_source` entry of `--json` outputs: which source answered, with the revision."""
+    source = model_source(parsed)
+    return source.to_dict() if source is not None else None
+
+
+def conflict_json(err: ConflictError, parsed: ParsedFlags | None = None) -> str:
+    """`--json` for a launch with no legal configuration: every conflict, its proof and fixes,
+    and where the model's facts came from."""
+    data = err.to_dict()
+    if parsed is not None:
+        data["model_source"] = model_source_json(parsed)
+    return json.dumps(data, indent=2, sort_keys=True)
+
+
+def print_conflict(err: ConflictError, as_json: bool, notes: tuple[str, ...] | list[str] = (),
+                   parsed: ParsedFlags | None = None) -> int:
+    """The conflict report; in text, followed by where the model's facts came from and what
+    reading the command noted (`notes`: an old value spelling and what it became, so a report
+    naming the current spelling is explained when the old one was typed)."""
     if as_json:
-        print(conflict_json(err))
+        print(conflict_json(err, parsed))
     else:
         from accord.resolver.explaining.layout import terminal_width, wrap_hanging
         from accord.resolver.explaining.proof import render_conflict, wants_color
         print(render_conflict(err, color=wants_color(sys.stderr)), file=sys.stderr)
+        source = model_source(parsed) if parsed is not None else None
+        if source is not None:
+            print("\n".join(wrap_hanging("model: ", source.describe(), terminal_width())), file=sys.stderr)
         for line in notes:
             print("\n".join(wrap_hanging("note: ", line, terminal_width())), file=sys.stderr)
     return EXIT_CONFLICT
 
 
-def print_config(config: ResolvedConfig, show_all: bool) -> None:
+def print_config(config: ResolvedConfig, show_all: bool, parsed: ParsedFlags | None = None) -> None:
     from accord.resolver.explaining.layout import (  # the text table only; --json never needs it
         terminal_width,
         wrap_hanging,
@@ -107,6 +104,9 @@ def print_config(config: ResolvedConfig, show_all: bool) -> None:
     head = (f"{config.system} configuration {config.hash[:16]} "
             f"({len(names)} of {len(config.values)} flags shown{'' if show_all else '; --all for every flag'})")
     print("\n".join(wrap_hanging("# ", head, width)))
+    source = model_source(parsed) if parsed is not None else None
+    if source is not None:
+        print("\n".join(wrap_hanging("# model: ", source.describe(), width)))
     print(value_table(config.values, config.provenance, names, width))
     for line in config.warnings:  # on stderr, so the table can be piped or saved on its own
         print("\n".join(wrap_hanging("warning: ", line, width)), file=sys.stderr)
@@ -120,17 +120,20 @@ def main(argv: list[str]) -> int:
         config = resolve(parsed.system, parsed.user, facts, parsed.sources, relax=opts.relax,
                          warnings=parsed.warnings, strict=opts.strict)
     except ConflictError as err:
-        return print_conflict(err, opts.json, parsed.warnings)
+        return print_conflict(err, opts.json, parsed.warnings, parsed)
     if opts.json:
-        print(config_json(config, opts.relax))
+        print(config_json(config, opts.relax, parsed))
     else:
-        print_config(config, opts.all)
+        print_config(config, opts.all, parsed)
     return 0
 
 
-def config_json(config: ResolvedConfig, relax: bool = False) -> str:
-    """`accord resolve --json`: the configuration (and, with `--relax`, what it changed)."""
+def config_json(config: ResolvedConfig, relax: bool = False, parsed: ParsedFlags | None = None) -> str:
+    """`accord resolve --json`: the configuration, where the model's facts came from (with
+    `--model-path`) and, with `--relax`, what it changed."""
     data = config.to_dict()
+    if parsed is not None and parsed.user.get("model_path") is not None:
+        data["model_source"] = model_source_json(parsed)
     if relax:
         data["relaxed"] = relaxed_changes(config)
     return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False)
@@ -155,7 +158,7 @@ def main_dry_run(parsed, facts, opts) -> int:
     try:
         config, choices = dry_run(parsed.system, parsed.user, facts, opts.only)
     except ConflictError as err:
-        return print_conflict(err, opts.json, parsed.warnings)
+        return print_conflict(err, opts.json, parsed.warnings, parsed)
     if opts.json:
         print(dry_run_json(config, choices))
     else:

@@ -14,12 +14,14 @@ so a bad command fails fast.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from accord.resolver.api import ConflictError, resolve
 from accord.resolver.commandline.flagparse import parse_flags
 from accord.resolver.commands import resolve as resolve_cmd
 from accord.resolver.errors import UsageError
 from accord.resolver.facts.machine import load_facts
+from accord.resolver.facts.model import model_note
 from accord.rules.models.location import served_model_path
 
 ENGINE_FACTS = {"engine": "accord"}
@@ -31,9 +33,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                         help="resolve as serve would, print the configuration, start nothing")
 
 
-def serve_facts(opts: argparse.Namespace, model_path: str | None, system: str) -> dict:
+def serve_facts(opts: argparse.Namespace, model_path: str | None, system: str, revision: str | None = None) -> dict:
     """The facts serve resolves against: the machine's (or the preset's) plus the engine fact."""
-    facts = load_facts(opts.facts, opts.fact, model_path=model_path, system=system)
+    facts = load_facts(opts.facts, opts.fact, model_path=model_path, system=system, revision=revision)
     return dict(sorted({**facts, **ENGINE_FACTS}.items()))
 
 
@@ -42,19 +44,23 @@ def main(argv: list[str]) -> int:
     if opts.all and not opts.print_config:
         raise UsageError("--all chooses which flags --print-config shows; add --print-config "
                          "(or drop --all) to serve.")
-    facts = serve_facts(opts, served_model_path(parsed.user.get("model_path"), parsed.system), parsed.system)
+    model_path, revision = served_model_path(parsed.user.get("model_path"), parsed.system), parsed.user.get("revision")
+    facts = serve_facts(opts, model_path, parsed.system, revision)
+    note = model_note(parsed.user.get("model_path"), parsed.system, revision)
+    if note:
+        parsed = dataclasses.replace(parsed, warnings=(*parsed.warnings, note))
     if opts.dry_run:
         return resolve_cmd.main_dry_run(parsed, facts, opts)
     try:
         config = resolve(parsed.system, parsed.user, facts, parsed.sources, relax=opts.relax,
                          warnings=parsed.warnings)
     except ConflictError as err:
-        return resolve_cmd.print_conflict(err, opts.json, parsed.warnings)
+        return resolve_cmd.print_conflict(err, opts.json, parsed.warnings, parsed)
     if opts.print_config:
         if opts.json:
-            print(config.to_json())
+            print(resolve_cmd.config_json(config, parsed=parsed))
         else:
-            resolve_cmd.print_config(config, opts.all)
+            resolve_cmd.print_config(config, opts.all, parsed)
         return 0
     for line in config.warnings:
         print(f"accord serve: warning: {line}", flush=True)

@@ -24,7 +24,8 @@ from accord.resolver.exploring.costmodel import CostModel, Workload, load_costs
 from accord.resolver.exploring.tune import tune
 from accord.resolver.exploring.tune_candidates import SLA, TuneResult
 from accord.resolver.facts.machine import load_facts
-from accord.resolver.facts.model import model_path_warning
+from accord.resolver.facts.model import model_note
+from accord.resolver.facts.model_sources import find_model
 
 MEASURABLE_GAP = 0.01   # closer predictions are within what the cost model can claim to tell apart
 
@@ -91,12 +92,12 @@ def main(argv: list[str]) -> int:
     if model_path is None:
         raise UsageError("accord tune needs --model-path (a local model folder, or a built-in name such as "
                          "tiny-llama): the cost model reads its sizes.")
-    note = model_path_warning(model_path, parsed.system)
-    if note:
-        raise UsageError(note.split(";")[0] + "; accord tune needs the model's config.json to predict anything: "
-                         "give a local folder that holds it.")
+    revision = parsed.user.get("revision")
+    if find_model(model_path, parsed.system, revision).source is None:
+        raise UsageError(f"tune needs the model's config.json to predict anything, and nothing holds it for "
+                         f"--model-path {model_path}: {model_note(model_path, parsed.system, revision)}")
     measuring = opts.measure is not None
-    facts = load_facts(opts.facts, opts.fact, model_path=model_path, system=parsed.system)
+    facts = load_facts(opts.facts, opts.fact, model_path=model_path, system=parsed.system, revision=revision)
     if measuring:  # candidates must be ones Accord's own engine runs
         from accord.resolver.commands.serve import ENGINE_FACTS
         facts = dict(sorted({**facts, **ENGINE_FACTS}.items()))
@@ -109,7 +110,7 @@ def main(argv: list[str]) -> int:
         beam = {"verify": max(opts.top, 12, 10 * (opts.measure or 0)), "distinct": MEASURABLE_GAP if measuring else 0}
         result = tune(parsed.system, parsed.user, facts, workload, sla, opts.allow_quantization, costs, beam)
     except ConflictError as err:
-        return resolve_cmd.print_conflict(err, opts.json)
+        return resolve_cmd.print_conflict(err, opts.json, parsed=parsed)
     report = None
     if measuring:
         from accord.resolver.exploring.measure import measure_candidates

@@ -21,6 +21,8 @@ from accord.resolver.errors import UsageError
 from accord.resolver.explaining.explain import derived_readings
 from accord.resolver.explaining.layout import terminal_width
 from accord.resolver.explaining.report import describe_value
+from accord.resolver.frozen import thaw
+from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.solving.solve import Env
 
 MAX_DEPTH = 3
@@ -35,11 +37,24 @@ def _env(config, plan) -> Env:
     return Env(plan, user, config.facts, config.values)
 
 
-def _deciding_candidate(rule, value) -> str | None:
-    """The condition of the `prefer` candidate that gave `value` (None: unconditional or not prefer)."""
+def _deciding_candidate(rule, value, env: Env) -> str | None:
+    """The condition of the `prefer` candidate that gave `value` (None: unconditional or not prefer).
+
+    Several candidates of one rule may offer the same value under different conditions (fa3 for
+    GPT-OSS on Hopper, fa3 for any MHA model on Hopper), so the one that gave it is the first whose
+    condition holds in the resolved launch, as `Plan.candidates` tries them, not the first that
+    merely names the value."""
     for candidate in rule.values:
-        if candidate.value == value:
-            return " ".join(candidate.when.source.split()) if candidate.when is not None else None
+        if candidate.value != value:
+            continue
+        if candidate.when is None:
+            return None
+        try:
+            fired = bool(candidate.when(env))
+        except UnknownFact:
+            continue  # the solver skips a candidate that reads an unknown fact
+        if fired:
+            return " ".join(candidate.when.source.split())
     return None
 
 
@@ -58,7 +73,7 @@ def _explain(config, plan, name: str, depth: int, seen: set[str], lines: list[st
     rule = plan.ruleset.by_id()[prov["rule"]]
     condition = f"when {rule.when.source}" if rule.when is not None else "always"
     lines.append(f"{indent}  {rule.kind} rule, {condition}: {rule.reason}")
-    chosen = _deciding_candidate(rule, config.values[name])
+    chosen = _deciding_candidate(rule, config.values[name], _env(config, plan))
     if chosen is not None:
         lines.append(f"{indent}  chose {describe_value(config.values[name])} when {chosen}")
     for key in sorted(rule.reads_facts):
@@ -82,7 +97,7 @@ def _explain_data(config, plan, name: str, depth: int, seen: set[str]) -> dict:
     rule = plan.ruleset.by_id()[prov["rule"]]
     node["rule"] = {"id": rule.id, "kind": rule.kind, "reason": rule.reason,
                     "when": rule.when.source if rule.when is not None else None,
-                    "chosen_when": _deciding_candidate(rule, config.values[name])}
+                    "chosen_when": _deciding_candidate(rule, config.values[name], _env(config, plan))}
     node["facts"] = {key: config.facts[key] for key in sorted(rule.reads_facts) if key in config.facts}
     node["unknown_facts"] = sorted(key for key in rule.reads_facts if key not in config.facts)
     node["derived"] = [r.to_dict() for r in derived_readings(plan, rule.expressions(), _env(config, plan))]
@@ -137,12 +152,13 @@ def main(argv: list[str]) -> int:
     try:
         config = resolve(parsed.system, parsed.user, facts, parsed.sources, relax=opts.relax)
     except ConflictError as err:
-        return print_conflict(err, opts.json, parsed.warnings)
+        return print_conflict(err, opts.json, parsed.warnings, parsed)
     if opts.json:
         seen: set[str] = set()
         chains = [_explain_data(config, plan, target, 0, seen) for target in targets]
+        # A dict flag's value is frozen (a mappingproxy): written as the object it was made from.
         print(json.dumps({"system": config.system, "hash": config.hash, "flags": chains},
-                         indent=2, sort_keys=True))
+                         indent=2, sort_keys=True, default=thaw))
         return 0
     lines: list[str] = []
     for target in targets:

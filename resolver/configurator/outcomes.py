@@ -95,17 +95,17 @@ def _print_answer(endpoint: str, argv: list[str]) -> int | None:
     if outcome.conflict is not None and endpoint == "dry-run":
         return None  # the dry run may free a default the conflict is about (dryrun.py): the CLI answers
     if outcome.conflict is not None and opts.json:
-        print(outcome.text("conflict", lambda: command.conflict_json(outcome.conflict)))
+        print(outcome.text("conflict", lambda: command.conflict_json(outcome.conflict, parsed)))
         return EXIT_CONFLICT
     if outcome.conflict is not None:
-        return command.print_conflict(outcome.conflict, False, parsed.warnings)
+        return command.print_conflict(outcome.conflict, False, parsed.warnings, parsed)
     if endpoint == "dry-run":
         print(outcome.text(("dry-run", *names), lambda: command.dry_run_json(
             outcome.config, judge(plan, names, parsed.user, facts, outcome.config))))
     elif opts.json:
-        print(outcome.text("config", lambda: command.config_json(outcome.config)))
+        print(outcome.text("config", lambda: command.config_json(outcome.config, parsed=parsed)))
     else:
-        command.print_config(outcome.config, opts.all)
+        command.print_config(outcome.config, opts.all, parsed)
     return 0
 
 

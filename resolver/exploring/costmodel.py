@@ -320,24 +320,21 @@ def read_calibration(path: str) -> dict:
     return data
 
 
-def model_config_extra(model_path: str | None, system: str = "llm") -> dict[str, Any]:
+def model_config_extra(model_path: str | None, system: str = "llm", revision: str | None = None) -> dict[str, Any]:
     """Numbers the cost model reads from the model's config.json beyond the `model.*` facts
-    (the experts each token visits, MLA's latent width), spelled as costs.yaml lists them."""
-    import json
-
-    from accord.rules.models.location import local_path
+    (the experts each token visits, MLA's latent width), spelled as costs.yaml lists them. The
+    config comes from wherever the model's facts came from (a folder, the Hugging Face cache, the
+    hub or a built-in card)."""
+    from accord.resolver.facts.model_sources import find_model
 
     if model_path is None:
         return {}
-    folder = local_path(model_path)
-    config_file = folder / "config.json" if folder is not None else None
-    if config_file is None or not config_file.is_file():
-        return {}
     try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(config, dict):
+        source = find_model(model_path, system, revision).source
+        config = source.read("config.json") if source is not None and source.kind != "gguf" else None
+    except UsageError:
+        return {}  # the facts loader reports an unreadable config; the cost model just lacks its extras
+    if config is None:
         return {}
     sources = [config] + [config[k] for k in ("text_config", "llm_config", "language_config")
                           if isinstance(config.get(k), dict)]

@@ -50,7 +50,7 @@ class Search:
         self.stages = [name for name in self.costs.data["search"] if name != "beam"]
         if self.stages[:1] != ["layout"]:
             raise UsageError("costs.yaml: the first search stage must be `layout` (the parallel sizes).")
-        self.model_extra = model_config_extra(self.user.get(MODEL_FLAG), system)
+        self.model_extra = model_config_extra(self.user.get(MODEL_FLAG), system, self.user.get("revision"))
         self._derived = {d.id: d for d in self.plan.ruleset.derived}
         self.judged = 0
         self.excluded = 0

@@ -109,8 +109,10 @@ def _read_facts_file(path: Path, shipped: bool = False) -> tuple[str | None, dic
     except json.JSONDecodeError as err:
         raise UsageError(f"{path}, line {err.lineno}: not valid JSON ({err.msg}).") from None
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{path}, line {mark.line + 1}" if mark else str(path)
+        from accord.resolver.language.yamlerrors import problem_line  # error path only
+
+        line = problem_line(err, text)
+        where = f"{path}, line {line}" if line is not None else str(path)
         problem = getattr(err, "problem", None) or "not valid YAML"
         raise UsageError(f"{where}: not valid YAML ({problem}).") from None
     return _facts_from_data(path, data)
@@ -170,17 +172,18 @@ def _base_facts(spec: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def load_facts(spec: str = "probe", overrides: Sequence[str] = (), model_path: str | None = None,
-               system: str = "llm") -> dict[str, Any]:
+               system: str = "llm", revision: str | None = None) -> dict[str, Any]:
     """The facts to resolve against, sorted by key.
 
     Layered, later wins: the machine (probe, a preset, or what a facts file's `preset:` names,
-    which may be `probe`), then the model folder's facts, then the facts file's own values, then
+    which may be `probe`), then the model's facts (from its folder, the Hugging Face cache, the
+    hub or a built-in card, at `revision`: accord.resolver.facts.model_sources), then the facts file's own values, then
     each `--fact KEY=VALUE`. A facts file without `preset:` is the whole machine: nothing is
     probed, so it resolves the same everywhere. Raises
     UsageError for an unknown preset or key, a bad value, or facts no machine could have.
     """
     base, explicit = _base_facts(spec)
-    facts = {**base, **model_facts(model_path, system), **explicit}
+    facts = {**base, **model_facts(model_path, system, revision), **explicit}
     facts.update(parse_fact(item) for item in overrides)
     facts = {k: v for k, v in facts.items() if not (k.startswith(PACKAGE_PREFIX) and v is None)}
     problems = contradictions(facts)

