@@ -14,7 +14,8 @@ from accord.resolver import api
 from accord.resolver.api import ConflictError
 from accord.resolver.cli import main
 from accord.resolver.errors import UsageError
-from accord.resolver.exploring.dryrun import Pinning, backend_like, dry_run, mentioned_values, render, values_of
+from accord.resolver.exploring.dryrun import Pinning, backend_like, dry_run, mentioned_values, values_of
+from accord.resolver.exploring.dryrun_text import render, render_short
 from accord.resolver.facts.machine import load_facts
 from accord.resolver.language.catalog import load_catalog
 from accord.resolver.language.ruleset import load_rules
@@ -146,6 +147,95 @@ def test_table_lists_chosen_legal_and_each_exclusion(toy):
     assert "attention_backend = triton   (attn.backend.order)" in text
     assert "  legal     triton, torch_native" in text
     assert "  excluded  flashinfer  attn.flashinfer.page: odd pages unsupported." in text
+
+
+# -- the short view: what a person reads first ----------------------------------------------------
+
+def test_the_short_view_keeps_only_flags_with_a_value_ruled_out_and_counts_the_rest(toy):
+    _, choices = dry_run("llm", {}, B200)  # on B200 only fa3 is ruled out (attention_backend)
+    text = render_short(choices, columns=200)
+    assert text.splitlines()[0] == ("# 1 of 3 backend-like flags: those with a value ruled out here; --all adds "
+                                    "the other 2 (every value legal) and prints each rule's reason, --flag NAME "
+                                    "one flag in full")
+    assert "attention_backend = flashinfer   (attn.backend.order)" in text
+    assert "kv_cache_dtype =" not in text and "sampling_backend =" not in text
+
+
+def test_the_short_view_names_rule_ids_without_reasons_or_derived_values(toy):
+    _, choices = dry_run("llm", {}, B200)
+    text = render_short(choices, columns=200)
+    assert "  excluded  fa3  attn.fa3.hopper" in text.splitlines()
+    assert "FA3 kernels are built for Hopper" not in text and "derived" not in text
+
+
+def test_the_short_view_keeps_a_backend_flag_the_user_typed(toy):
+    _, choices = dry_run("llm", {"sampling_backend": "pytorch"}, B200)
+    text = render_short(choices, typed={"sampling_backend": "pytorch"}, columns=200)
+    assert "sampling_backend = pytorch" in text and "or set on the command line" in text
+    assert "kv_cache_dtype =" not in text
+
+
+def test_the_short_view_joins_values_excluded_by_the_same_rules(tmp_path, monkeypatch):
+    flags = [_enum("x_backend", ["a", "b", "c", "d"], "a")]
+    rules = [{"id": "x.gpu_only", "kind": "conflict", "when": "x_backend in ('b', 'c') and platform == 'cuda'",
+              "reason": "b and c run on CPUs only."},
+             {"id": "x.d_needs_sm100", "kind": "require", "when": "x_backend == 'd'", "require": "gpu.sm == 100",
+              "reason": "d is a Blackwell kernel."}]
+    _use(monkeypatch, _plan(tmp_path, flags, rules))
+    _, choices = dry_run("llm", {}, H100)
+    lines = render_short(choices, columns=200).splitlines()
+    assert lines[-2:] == ["  excluded  b, c  x.gpu_only", "  excluded  d     x.d_needs_sm100"]
+
+
+def _cli(monkeypatch, capsys, *argv: str) -> str:
+    monkeypatch.setattr("accord.resolver.commands.resolve.load_facts", lambda *a, **k: B200)
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["resolve", "--dry-run", "--facts", "b200", *argv]) == 0
+    return capsys.readouterr().out
+
+
+def test_cli_dry_run_prints_the_short_view_by_default_and_everything_with_all(toy, monkeypatch, capsys):
+    short = _cli(monkeypatch, capsys)
+    assert short.startswith("# 1 of 3 backend-like flags") and "sampling_backend =" not in short
+    full = _cli(monkeypatch, capsys, "--all")
+    assert "attn.fa3.hopper: FA3 kernels are built for Hopper." in full
+    assert {"attention_backend =", "kv_cache_dtype =", "sampling_backend ="} <= {
+        line.split(" = ")[0] + " =" for line in full.splitlines() if " = " in line}
+
+
+def test_cli_flag_shows_a_named_flag_in_full_whatever_its_set(toy, monkeypatch, capsys):
+    out = _cli(monkeypatch, capsys, "--flag", "sampling_backend")  # every value legal here
+    assert out.startswith("sampling_backend = flashinfer") and not out.startswith("#")
+
+
+def test_cli_json_stays_complete_without_all(toy, monkeypatch, capsys):
+    data = json.loads(_cli(monkeypatch, capsys, "--json"))
+    assert [c["flag"] for c in data["choices"]] == ["attention_backend", "kv_cache_dtype", "sampling_backend"]
+
+
+def test_serve_dry_run_accepts_all_as_resolve_does(toy, monkeypatch, capsys):
+    monkeypatch.setattr("accord.resolver.commands.serve.load_facts", lambda *a, **k: B200)
+    assert main(["serve", "--dry-run", "--all", "--facts", "b200"]) == 0
+    assert "sampling_backend =" in capsys.readouterr().out
+
+
+def test_real_h100_dry_run_is_short_and_each_flag_it_shows_has_an_exclusion(monkeypatch, capsys):
+    """The default view was ~700 lines on an H100 preset: every flag, every reason, every derived value."""
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["resolve", "--dry-run", "--facts", "h100"]) == 0
+    short = capsys.readouterr().out.splitlines()
+    assert main(["resolve", "--dry-run", "--all", "--facts", "h100"]) == 0
+    full = capsys.readouterr().out.splitlines()
+    assert len(short) * 3 < len(full)
+    blocks: dict[str, list[str]] = {}  # flag -> its lines
+    for line in short[2:]:
+        if not line.startswith(" "):
+            blocks[line.split(" = ")[0]] = []
+        else:
+            blocks[list(blocks)[-1]].append(line)
+    assert blocks and all(any(line.startswith("  excluded  ") for line in lines) for lines in blocks.values())
+    kept, total = (int(n) for n in short[0].removeprefix("# ").split(" backend-like")[0].split(" of "))
+    assert kept == len(blocks) < total
 
 
 def test_cli_json_shape(toy, monkeypatch, capsys):

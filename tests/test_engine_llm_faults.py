@@ -80,6 +80,27 @@ def test_a_client_that_disconnects_aborts_its_request(server, path, body, stream
     assert wait_for(lambda: running(server) == 0), "nothing is left running"
 
 
+@pytest.mark.parametrize("path,body", [
+    ("/generate", {"text": "go on", "sampling_params": LONG, "stream": True}),
+    ("/v1/completions", {"prompt": "go on", "max_tokens": 2000, "temperature": 0, "ignore_eos": True,
+                         "stream": True, "n": 2}),
+])
+def test_a_stream_abandoned_by_its_client_is_aborted_without_a_traceback_in_the_log(server, path, body):
+    """Leaving a stream early is an ordinary event, not a server error: it used to log
+    `RuntimeError: aclose(): asynchronous generator is already running` as an ASGI exception."""
+    logged_before = len(server.output())
+    before = aborted(server)
+    choices = body.get("n", 1)
+    with httpx.Client(base_url=server.url, timeout=httpx.Timeout(30, read=5)) as client:
+        with client.stream("POST", path, json=body) as response:
+            assert next(line for line in response.iter_lines() if line.startswith("data: "))
+    assert wait_for(lambda: aborted(server) == before + choices), "every request of the stream was aborted"
+    assert wait_for(lambda: running(server) == 0), "nothing is left running"
+    assert httpx.get(f"{server.url}/health", timeout=30).status_code == 200
+    log = server.output()[logged_before:]
+    assert "Traceback" not in log and "Exception in ASGI application" not in log, log
+
+
 def test_metrics_show_the_schedulers_running_and_queued_requests_and_kv_usage(server):
     with httpx.Client(base_url=server.url, timeout=120) as client:
         with client.stream("POST", "/generate", json={"text": "load", "sampling_params": LONG,

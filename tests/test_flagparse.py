@@ -216,12 +216,16 @@ def test_the_cli_prints_a_usage_error_as_one_line_with_exit_code_2(capsys):
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
-def test_help_prints_the_catalog_and_exits_0(capsys):
+def test_help_lists_the_flag_groups_and_help_group_the_flags_of_one_and_exits_0(capsys):
     with pytest.raises(SystemExit) as done:
         parse_flags(["--help"])
     assert done.value.code == 0
     out = capsys.readouterr().out
-    assert out.startswith("usage: accord [--system SYSTEM] [--config FILE]") and "--tp-size N" in out
+    assert out.startswith("usage: accord [--system SYSTEM] [--config FILE]") and "parallel (" in out
+    assert "--tp-size" not in out
+    with pytest.raises(SystemExit) as done:
+        parse_flags(["--help", "parallel"])
+    assert done.value.code == 0 and "--tp-size, --tensor-parallel-size, --tp (short form)  [int]" in capsys.readouterr().out
 
 
 # --- the calling command's own options ----------------------------------------------------------------------------

@@ -136,6 +136,27 @@ def test_a_missing_launcher_is_exit_127_with_one_line(tmp_path):
     assert done.returncode == 127 and "not found" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_the_default_launcher_without_sglang_installed_is_exit_127_naming_launcher(tmp_path):
+    """`python3 -m sglang.launch_server` with a python3 that lacks SGLang: the documented exit 127
+    and one paragraph naming --launcher, not the interpreter's ModuleNotFoundError and exit 1."""
+    import importlib.util
+
+    if importlib.util.find_spec("sglang") is not None:
+        pytest.skip("SGLang is installed in this interpreter")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python3 = bin_dir / "python3"  # this interpreter (no SGLang) is the python3 the launcher finds
+    python3.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+    python3.chmod(0o755)
+    done = accord("launch", "--facts", "h100", "--tp", "2",
+                  env={"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"})
+    assert done.returncode == 127, done.stderr
+    message = done.stderr.strip()
+    assert "--launcher" in message and "sglang" in message
+    assert "Traceback" not in message and "ModuleNotFoundError" not in message
+    assert "\n\n" not in message and message.startswith("accord launch: ")
+
+
 def test_json_without_dry_run_is_bad_usage(capsys):
     assert cli_main(["launch", "--json", "--facts", "h100"]) == 2
     assert "--dry-run" in capsys.readouterr().err

@@ -25,6 +25,7 @@ import time
 import uuid
 from typing import Any, AsyncIterator, Callable
 
+import anyio
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -157,8 +158,21 @@ class Choices:
                 else:
                     yield index, item
         finally:
-            for task in tasks:
-                task.cancel()
+            await self._stop_pumps(tasks)
+
+    async def _stop_pumps(self, tasks: list[asyncio.Task]) -> None:
+        """Stop the pumps, then close the streams.
+
+        A pump is suspended inside its stream's `__anext__`, so closing that stream while the pump
+        runs fails with "aclose(): asynchronous generator is already running" (what every client
+        that left a stream early used to log). Cancelling a pump lands inside its stream, whose own
+        cleanup sends the abort; once the pumps have stopped, closing the streams only closes those
+        no pump started. A client that hung up cancels this task again at every await (starlette's
+        cancel scope), so the wait is shielded: the abort is sent before the handler returns."""
+        for task in tasks:
+            task.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.gather(*tasks, return_exceptions=True)
             await self.aclose()
 
 

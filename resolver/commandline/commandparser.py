@@ -178,10 +178,14 @@ def command_parser(system: str, add_options: AddOptions | None, prog: str,
 
 
 def flags_named(argv: list[str], catalog: Catalog) -> frozenset[str]:
-    """The catalog flags spelled in argv (a word's part before `=`)."""
+    """The catalog flags spelled in argv (a word's part before `=`); none when help is asked for:
+    `--help` lists the flags from the catalog by group, so the options it shows are the command's
+    own whatever else the command line holds."""
     index = spelling_index(catalog)
     names = set()
     for word in argv:
+        if word == "-h" or word.partition("=")[0] == "--help":
+            return frozenset()
         found = index.get(word.partition("=")[0])
         if found is not None:
             names.add(found[0].name)

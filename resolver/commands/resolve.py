@@ -29,11 +29,14 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                              "at run time (exit 3), instead of warning about it")
     parser.add_argument("--relax", action="store_true",
                         help="apply the best fix of each conflict and report every change")
-    parser.add_argument("--all", action="store_true", help="print every flag, not only decided ones")
+    parser.add_argument("--all", action="store_true",
+                        help="print every flag, not only decided ones; with --dry-run, every "
+                             "backend-like flag with each rule's reason")
     parser.add_argument("--dry-run", action="store_true",
-                        help="list legal, chosen and excluded values of every backend-like flag")
+                        help="list chosen, legal and excluded values of the backend-like flags this "
+                             "machine and command rule a value out of (--all: of every one)")
     parser.add_argument("--flag", action="append", default=[], dest="only", metavar="NAME",
-                        help="with --dry-run: only these flags (repeatable)")
+                        help="with --dry-run: only these flags, in full (repeatable)")
 
 
 def resolve_command(argv: list[str], prog: str, options=None) -> tuple[argparse.Namespace, ParsedFlags, dict]:
@@ -152,8 +155,10 @@ def relaxed_changes(config: ResolvedConfig) -> list[dict]:
 
 
 def main_dry_run(parsed, facts, opts) -> int:
-    """`accord resolve --dry-run`: the dry-run table (or JSON), or the conflict of the command itself."""
-    from accord.resolver.exploring.dryrun import dry_run, render
+    """`accord resolve --dry-run`: the dry-run table (or JSON), or the conflict of the command itself.
+    The table is the short view unless `--all` or `--flag` asks for flags in full; JSON is complete."""
+    from accord.resolver.exploring.dryrun import dry_run
+    from accord.resolver.exploring.dryrun_text import render, render_short
 
     try:
         config, choices = dry_run(parsed.system, parsed.user, facts, opts.only)
@@ -161,6 +166,8 @@ def main_dry_run(parsed, facts, opts) -> int:
         return print_conflict(err, opts.json, parsed.warnings, parsed)
     if opts.json:
         print(dry_run_json(config, choices))
-    else:
+    elif opts.all or opts.only:
         print(render(choices))
+    else:
+        print(render_short(choices, typed=parsed.user))
     return 0

@@ -41,9 +41,9 @@ def serve_facts(opts: argparse.Namespace, model_path: str | None, system: str, r
 
 def main(argv: list[str]) -> int:
     opts, parsed = parse_flags(argv, add_options=add_options, prog="accord serve")
-    if opts.all and not opts.print_config:
-        raise UsageError("--all chooses which flags --print-config shows; add --print-config "
-                         "(or drop --all) to serve.")
+    if opts.all and not (opts.print_config or opts.dry_run):
+        raise UsageError("--all chooses which flags --print-config or --dry-run shows; add one of "
+                         "them (or drop --all) to serve.")
     model_path, revision = served_model_path(parsed.user.get("model_path"), parsed.system), parsed.user.get("revision")
     facts = serve_facts(opts, model_path, parsed.system, revision)
     note = model_note(parsed.user.get("model_path"), parsed.system, revision)

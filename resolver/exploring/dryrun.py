@@ -18,6 +18,8 @@ answers need no search: the resolved configuration, with the pinned value swappe
 satisfies every rule the pinned flag can influence (legal, by example) or breaks a rule that no
 choice of the other flags can repair (illegal). Only the rest is solved, and only on the part of
 the problem the pinned flag touches (see `Pinning`, which the CI matrix uses too).
+
+This module computes the verdicts; `dryrun_text.py` prints them (a short view, or every flag in full).
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from typing import Any, Iterable, Mapping
 from accord.resolver.api import ConflictError, plan_for, resolve
 from accord.resolver.errors import UsageError
 from accord.resolver.explaining.explain import DerivedReading, derived_readings, mentioned_values
-from accord.resolver.explaining.layout import terminal_width, wrap_hanging
 from accord.resolver.explaining.report import describe_value
 from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.language.catalog import RULES_DIR
@@ -270,26 +271,3 @@ def _deciding_values(plan: Plan, config: ResolvedConfig, pinned: Mapping[str, An
     decided = {d: config.values[d] for d in plan.prefer_rules if d not in pinned}
     env = Env(plan, pinned, facts, decided)
     return tuple(derived_readings(plan, [e for r in rules for e in (r.when, r.require)], env))
-
-
-def render(choices: list[Choice], columns: int | None = None) -> str:
-    """A readable table: the chosen value and its source, the legal values, each exclusion's rules;
-    wrapped to `columns` (default: the terminal's width)."""
-    columns = columns or terminal_width()
-    lines = []
-    width = max((len(describe_value(v)) for c in choices for v, _ in c.excluded), default=0)
-    width = min(width, columns // 3)
-    for choice in choices:
-        lines.extend(wrap_hanging("", f"{choice.flag} = {describe_value(choice.chosen)}   ({choice.source})", columns))
-        lines.extend(wrap_hanging("  legal     ", ", ".join(describe_value(v) for v in choice.legal) or "(none)",
-                                  columns))
-        for n, (value, rules) in enumerate(choice.excluded):
-            head = f"  excluded  {describe_value(value):<{width}}  "
-            if len(head) > 12 + width + 2:  # a value wider than the column: the rules go below it
-                lines.append(head.rstrip())
-                head = " " * (12 + width + 2)
-            for i, (rid, reason) in enumerate(rules):
-                lines.extend(wrap_hanging(head if i == 0 else " " * len(head), f"{rid}: {reason}", columns))
-            for reading in choice.derived[n] if choice.derived else ():
-                lines.extend(wrap_hanging(" " * len(head) + "derived  ", reading.line(), columns))
-    return "\n".join(lines)

@@ -59,7 +59,9 @@ def download_config_files(repo: str, revision: str | None, system: str) -> Model
             raise UsageError(_not_a_model(repo, system, listing))
         folder = None
         for name in wanted_files(system, listing):
-            path = Path(huggingface_hub.hf_hub_download(repo, name, revision=info.sha,
+            # By the revision asked for (main when none), not the commit, so the cache records
+            # the branch's commit in refs/ and the next run finds the files offline.
+            path = Path(huggingface_hub.hf_hub_download(repo, name, revision=revision,
                                                         etag_timeout=TIMEOUT_S, cache_dir=hub_cache_dir()))
             folder = path.parents[len(PurePosixPath(name).parts) - 1]
     except errors.GatedRepoError:
@@ -72,9 +74,25 @@ def download_config_files(repo: str, revision: str | None, system: str) -> Model
                          f"tag or commit of that repository, or drop --revision for its main branch.") from None
     except errors.HfHubHTTPError as err:
         raise HubUnreachable(f"the Hugging Face hub answered {repo} with an error ({_first_line(err)})") from None
-    except (OSError, ValueError) as err:  # connection refused, timed out, DNS, TLS
+    except _transport_errors() as err:  # connection refused, timed out, DNS, TLS
         raise HubUnreachable(f"the Hugging Face hub could not be reached ({_first_line(err)})") from None
-    return ModelSource("hub", repo, repo=repo, revision=info.sha, location=str(folder), folder=folder)
+    return ModelSource("hub", repo, repo=repo, revision=folder.name, location=str(folder), folder=folder)
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions of a request that never got an answer. huggingface_hub lets its HTTP
+    client's own errors through, and that client has changed between releases (requests, httpx,
+    httpx2), so each one installed is caught."""
+    import importlib
+
+    found: list[type[BaseException]] = [OSError, TimeoutError]
+    for module, name in (("httpx", "TransportError"), ("httpx2", "TransportError"),
+                         ("requests", "RequestException")):
+        try:
+            found.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
 
 
 def _first_line(err: Exception) -> str:
