@@ -83,6 +83,37 @@ def test_bash_completes_presets_matrix_and_why_arguments(words, offered):
     assert _bash_complete(*words) == offered
 
 
+@pytest.mark.skipif(BASH is None, reason="bash is not installed")
+@pytest.mark.parametrize("words, offered", [
+    (("accord", "resolve", "--help", "para"), ["parallel"]),
+    (("accord", "launch", "--help", "al"), ["all"]),
+    (("accord", "serve", "-h", "exec.mo"), ["exec.moe"]),
+    (("accord", "resolve", "--system", "diffusion", "--help", "al"), ["all"]),
+])
+def test_bash_completes_the_flag_groups_after_help_of_a_launch_command(words, offered):
+    assert _bash_complete(*words) == offered
+
+
+@pytest.mark.skipif(ZSH is None, reason="zsh is not installed")
+def test_zsh_completes_the_flag_groups_after_help():
+    program = (script("zsh") + "\ncompadd() { [[ $1 == -- ]] && shift; print -r -- \"$@\"; }\n"
+               "words=(accord resolve --help ''); CURRENT=4; _accord\n")
+    out = subprocess.run([ZSH, "-f"], input=program, capture_output=True, text=True, check=True)
+    offered = out.stdout.split()
+    assert "parallel" in offered and offered[-1] == "all"
+
+
+def test_each_command_offered_help_groups_lists_a_group_with_help_group(capsys):
+    """The script offers groups after `--help` only where `--help GROUP` really lists one."""
+    from accord.resolver.commands import completion
+
+    for command in completion.HELP_GROUP_COMMANDS:
+        words = [command, "page_size"] if command == "why" else [command]  # why's first word is its FLAG
+        with pytest.raises(SystemExit) as done:
+            cli.main([*words, "--help", "parallel"])
+        assert done.value.code == 0 and "\nllm flags: parallel\n" in capsys.readouterr().out, command
+
+
 def test_matrix_options_and_choices_in_the_script_are_the_matrix_command_s():
     from accord.resolver.commands import completion, matrix
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from accord.resolver.errors import UsageError
+from accord.resolver.untrusted import MAX_DEPTH, SETTINGS_FILE_LIMIT, nesting_depth, read_limited_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,16 +27,20 @@ class ConfigEntry:
 
 
 def read_config(path: str) -> list[ConfigEntry]:
-    """The entries of a YAML (default) or JSON (`.json`) config file, in file order."""
+    """The entries of a YAML (default) or JSON (`.json`) config file, in file order.
+
+    The file is untrusted input (accord.resolver.untrusted): at most SETTINGS_FILE_LIMIT bytes,
+    and no value nested deeper than MAX_DEPTH, so a hostile or mistaken file is an exit 2 with its
+    reason, not a RecursionError or minutes of parsing."""
+    text = read_limited_text(path, SETTINGS_FILE_LIMIT, "config file")
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise UsageError(f"cannot read config file {path}: {err.strerror or err}.") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"cannot read config file {path}: it is not UTF-8 text.") from None
-    if path.endswith(".json"):
-        return _read_json(path, text)
-    return _read_yaml(path, text)
+        entries = _read_json(path, text) if path.endswith(".json") else _read_yaml(path, text)
+    except RecursionError:
+        entries = None
+    if entries is None or nesting_depth([entry.value for entry in entries]) > MAX_DEPTH:
+        raise UsageError(f"config file {path} nests lists and mappings more than {MAX_DEPTH} levels deep; a "
+                         f"config file is a flat mapping of flag: value pairs, so check that it is the file you meant.")
+    return entries
 
 
 def _read_json(path: str, text: str) -> list[ConfigEntry]:

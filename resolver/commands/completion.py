@@ -1,9 +1,10 @@
 """`accord completion bash|zsh`: a shell completion script generated from both catalogs.
 
 The script completes subcommands, every flag spelling of the system in use (`--system`, default
-llm) and, after a flag with a closed or known set of values, those values. It embeds both systems'
-spellings so one installed script follows `--system` on the command line being completed. It is
-plain data rendered in a fixed order, so the same catalogs always give the same script.
+llm), after a flag with a closed or known set of values those values, and after the `--help` of a
+launch command the flag groups it lists. It embeds both systems' spellings so one installed script
+follows `--system` on the command line being completed. It is plain data rendered in a fixed order,
+so the same catalogs always give the same script.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from accord.resolver.language.catalog import SYSTEMS, Catalog, Flag, load_catalo
 SHELLS = ("bash", "zsh")
 # Subcommands that take launch flags; the others only get --help.
 LAUNCH_COMMANDS = ("resolve", "why", "launch", "serve", "matrix")
+# Subcommands whose `--help GROUP` lists one flag group (resolver/commandline/commandhelp.py).
+HELP_GROUP_COMMANDS = ("resolve", "why", "launch", "serve", "tune")
 OWN_OPTIONS = ("--system", "--config", "--facts", "--fact", "--help")
 FLAGS_OPTIONS = ("--system", "--group", "--json", "--help")
 MATRIX_OPTIONS = ("--system", "--facts", "--axes", "--values", "--strategy", "--max-rows", "--seed",
@@ -117,6 +120,12 @@ _accord() {{
         --group)
             local groups="_accord_${{system}}_groups"
             COMPREPLY=($(compgen -W "${{!groups}}" -- "$cur")); return ;;
+        --help|-h)
+            case "$cmd" in
+                {'|'.join(HELP_GROUP_COMMANDS)})
+                    local groups="_accord_${{system}}_groups"
+                    COMPREPLY=($(compgen -W "${{!groups}} all" -- "$cur")); return ;;
+            esac ;;
     esac
     local values; values="$(_accord_values "$system" "$prev")"
     if [[ -n $values ]]; then
@@ -186,6 +195,10 @@ _accord() {{
         --strategy) if [[ $cmd == matrix ]]; then compadd -- {_words(MATRIX_STRATEGIES)}; return; fi ;;
         --format) if [[ $cmd == matrix ]]; then compadd -- {_words(MATRIX_FORMATS)}; return; fi ;;
         --group) compadd -- ${{(P)${{:-_accord_${{system}}_groups}}}}; return ;;
+        --help|-h)
+            if [[ $cmd == ({'|'.join(HELP_GROUP_COMMANDS)}) ]]; then
+                compadd -- ${{(P)${{:-_accord_${{system}}_groups}}}} all; return
+            fi ;;
     esac
     local -a reply
     _accord_values $system $prev

@@ -34,6 +34,7 @@ from accord.resolver.facts.probe import probe
 from accord.resolver.facts.schema import PACKAGE_PREFIX, contradictions, parse_fact, spec_or_error, type_problem
 from accord.resolver.language.catalog import RULES_DIR
 from accord.resolver.language.yamlcache import read_yaml_files
+from accord.resolver.untrusted import MAX_DEPTH, SETTINGS_FILE_LIMIT, check_depth, parse_json, read_limited_text
 
 PRESETS_DIR = RULES_DIR / "facts"
 
@@ -95,17 +96,18 @@ def _read_facts_file(path: Path, shipped: bool = False) -> tuple[str | None, dic
             documents = None
     if documents is not None and len(documents) <= 1:
         return _facts_from_data(path, documents[0] if documents else None)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise UsageError(f"cannot read facts file {path}: {err}.") from None
+    text = read_limited_text(path, SETTINGS_FILE_LIMIT, "facts file")
     import yaml  # here, not at the top: a preset or no facts file at all never needs it
 
     try:
         if path.suffix == ".json":
-            data = json.loads(text)
+            data = parse_json(text, f"facts file {path}")
         else:
             data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+            check_depth(data, f"facts file {path}")
+    except RecursionError:
+        raise UsageError(f"facts file {path} nests mappings more than {MAX_DEPTH} levels deep; a facts file is "
+                         f"a mapping of fact keys to values (e.g. 'gpu.sm: 100').") from None
     except json.JSONDecodeError as err:
         raise UsageError(f"{path}, line {err.lineno}: not valid JSON ({err.msg}).") from None
     except yaml.YAMLError as err:
