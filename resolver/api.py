@@ -11,7 +11,7 @@ import weakref
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Mapping
 
-from accord.resolver.errors import EXIT_CONFLICT, AccordError, UsageError
+from accord.resolver.errors import EXIT_CONFLICT, AccordError, UncheckedError, UsageError
 from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.language.catalog import load_catalog
 from accord.resolver.language.expr_runtime import UnknownFact
@@ -166,6 +166,21 @@ def _by_rule(rule_id: str) -> MappingProxyType:
     return found
 
 
+def _unchecked_message(unknown) -> str:
+    """One paragraph for `--strict` when rules went unchecked: each fact, the rules that needed
+    it, and how to supply it."""
+    needs: dict[str, list[str]] = {}
+    for rule, missing in unknown:
+        needs.setdefault(missing, []).append(rule.id)
+    listed = "; ".join(f"{fact} (read by {', '.join(sorted(set(rules)))})" for fact, rules in sorted(needs.items()))
+    model = any(fact.startswith("model.") for fact in needs)
+    how = ("give --model-path a model Accord can read (a local folder, a hub id in the Hugging Face cache or "
+           "among the built-in model cards, or one the hub can send) or " if model else "")
+    return (f"--strict refuses a launch whose rules could not all be checked, and {len(needs)} fact(s) they read "
+            f"are unknown: {listed}. To check them, {how}set each with --fact KEY=VALUE; without --strict they "
+            f"are warnings.")
+
+
 def resolve(system: str, user: Mapping[str, Any], facts: Mapping[str, Any],
             sources: Mapping[str, str] | None = None, relax: bool = False,
             warnings: tuple[str, ...] | list[str] = (), strict: bool = False) -> ResolvedConfig:
@@ -216,6 +231,8 @@ def resolve(system: str, user: Mapping[str, Any], facts: Mapping[str, Any],
         elif name in typed_auto:  # no rule decides it: the auto choice stays, as the user typed
             provenance[name] = {"source": "user", "via": sources.get(name, "cli")}
     final = Env(plan, user, facts, outcome.values)
+    if strict and outcome.unknown:
+        raise UncheckedError(_unchecked_message(outcome.unknown))
     for rule, missing in outcome.unknown:
         notes.append(f"[{rule.id}] not checked: fact {missing} is unknown")
     for rule in plan.warnings_to_check(user):

@@ -21,3 +21,10 @@ class UsageError(AccordError):
     """The input itself is wrong: a flag, a value, a file, a preset or a fact."""
 
     exit_code = EXIT_USAGE
+
+
+class UncheckedError(AccordError):
+    """Under `--strict`, rules that could not be checked because a fact they read is unknown: a
+    strict answer never passes what it did not check. Exit 3, as for a conflict."""
+
+    exit_code = EXIT_CONFLICT

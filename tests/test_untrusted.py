@@ -4,6 +4,7 @@ too deep is an exit 2 naming the file and the limit, never a traceback or minute
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -27,7 +28,7 @@ def _resolve(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("name, text, words", [
     ("deep.json", '{"tp_size": ' + "[" * 100_000 + "]" * 100_000 + "}", "levels deep"),
-    ("deep.yaml", "tp_size: " + "[" * 5_000 + "]" * 5_000 + "\n", "nesting depth"),  # libyaml stops first
+    ("deep.yaml", "tp_size: " + "[" * 5_000 + "]" * 5_000 + "\n", "nesting depth|levels deep"),  # libyaml stops first
     ("huge.yaml", "tp_size: 1\nnotes: [" + ", ".join(["1"] * 400_000) + "]\n", "bytes, more than"),
 ])
 def test_a_config_file_too_deep_or_too_large_is_refused_quickly(tmp_path, name, text, words):
@@ -36,7 +37,7 @@ def test_a_config_file_too_deep_or_too_large_is_refused_quickly(tmp_path, name, 
     started = time.monotonic()
     result = _resolve("--config", str(path))
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert words in result.stderr and str(path) in result.stderr
+    assert re.search(words, result.stderr) and str(path) in result.stderr
     assert time.monotonic() - started < 60
 
 

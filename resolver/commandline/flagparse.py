@@ -63,7 +63,8 @@ def _option_value(argv: list[str], names: tuple[str, ...]) -> str | None:
 
 def detect_system(argv: list[str]) -> str:
     """`--system` when given; else diffusion for a local model folder with model_index.json (on the
-    command line, else in the `--config` file, so saved `resolve --json` values feed back alone); else llm."""
+    command line, else in the `--config` file, so saved `resolve --json` values feed back alone), or
+    for a hub id the Hugging Face cache or a built-in card knows as a diffusion pipeline; else llm."""
     given = _option_value(argv, ("--system",))
     if given is not None:
         if given not in SYSTEMS:
@@ -75,12 +76,25 @@ def detect_system(argv: list[str]) -> str:
         model = config_model_path(config)
     if isinstance(model, str) and model and os.path.isfile(os.path.join(os.path.expanduser(model), "model_index.json")):
         return "diffusion"
+    if isinstance(model, str) and is_diffusion_hub_id(model, _option_value(argv, ("--revision",))):
+        return "diffusion"
     return "llm"
 
 
 # --------------------------------------------------------------------------------------------------
 # Plugin choices and value aliases: read before parsing, applied after it
 # --------------------------------------------------------------------------------------------------
+
+
+def is_diffusion_hub_id(model: str, revision: str | None) -> bool:
+    """Whether a hub id is a diffusion pipeline by what this machine knows without the network:
+    the Hugging Face cache holds its model_index.json, or a built-in card is a diffusion card."""
+    from accord.resolver.facts.model_sources import HUB_ID, cached_file, model_card
+
+    if not HUB_ID.fullmatch(model) or os.path.exists(os.path.expanduser(model)):
+        return False
+    return (cached_file(model, revision, "model_index.json") is not None
+            and cached_file(model, revision, "config.json") is None) or model_card(model, "diffusion") is not None
 
 
 def _declared_extensions(argv: list[str], catalog: Catalog) -> dict[str, tuple[str, ...]]:

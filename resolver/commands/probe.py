@@ -1,8 +1,10 @@
 """`accord probe`: print the facts a configuration would be resolved against.
 
-With no options it shows this machine (and the built-in model), which is what `accord resolve`
-uses by default; `--facts h100` shows a preset, and `--fact` / `--model-path` show the effect of
-overrides before they are used in a resolve. The output is sorted, so it diffs cleanly.
+With no options it shows this machine's facts, and no model's: the built-in placeholder model a
+resolve without --model-path falls back on is not a fact of this machine. `--facts h100` shows a
+preset, `--model-path` (a folder, or a hub id from the Hugging Face cache, the hub or a built-in
+card) adds that model's facts, and `--fact` shows the effect of overrides before they are used in
+a resolve. The output is sorted, so it diffs cleanly.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="accord probe", description=__doc__.splitlines()[0])
     add_fact_options(parser)
     parser.add_argument("--model-path", metavar="DIR",
-                        help="local model folder to read model.* facts from (default: the built-in model)")
+                        help="the model to read model.* facts of: a local folder or a hub id (default: none)")
     parser.add_argument("--system", choices=SYSTEMS, default="llm",
                         help="llm reads config.json, diffusion reads model_index.json")
     parser.add_argument("--json", action="store_true", help="print a JSON object for tools")
@@ -38,5 +40,8 @@ def format_facts(facts: Mapping[str, Any]) -> str:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     facts = load_facts(args.facts, args.fact, model_path=args.model_path, system=args.system)
+    if args.model_path is None:  # the placeholder's facts; a typed --fact model.KEY=VALUE stays
+        typed = {item.split("=", 1)[0].strip() for item in args.fact}
+        facts = {k: v for k, v in facts.items() if not k.startswith("model.") or k in typed}
     print(json.dumps(facts, indent=2, sort_keys=True) if args.json else format_facts(facts))
     return 0

@@ -121,7 +121,8 @@ def build(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], conflic
             "message": conflict_message(catalog, rules, facts, user, conflict),
             "fixes": [fix_text(catalog, f) for f in conflict.fixes],
             "you_set": typed,
-            "machine": ", ".join(f"{k}={describe_value(facts[k])}" for k in conflict.facts),
+            "machine": ", ".join(f"{k}={describe_value(facts[k])}" for k in conflict.facts if not k.startswith("model.")),
+            "model": _model_row(conflict.facts, facts, user),
             "proof": [{"rule": rid, "clause": rule_clause(rules[rid]),
                        "reads": names_read(rules[rid], isolated, facts, value_of),
                        "derived": [r.line() for r in derived_readings(plan, (rules[rid].when, rules[rid].require), env)],
@@ -158,6 +159,15 @@ def _value_of(plan: Plan, user, facts):
         except UnknownFact as missing:
             return f"unknown (needs {missing.key})"
     return value
+
+
+def _model_row(names, facts: Mapping[str, Any], user: Mapping[str, Any]) -> str:
+    """The model facts a conflict rests on, apart from the machine's. Without --model-path they are
+    the built-in placeholder model's, which is said, so they are never taken for the served model."""
+    row = ", ".join(f"{k}={describe_value(facts[k])}" for k in names if k.startswith("model."))
+    if row and user.get("model_path") is None:
+        row += " (no --model-path: Accord's built-in placeholder model; give --model-path for yours)"
+    return row
 
 
 def _conclusion(typed: str, machine: bool) -> str:
@@ -223,6 +233,8 @@ def render(report: Mapping[str, Any], width: int | None = None, color: bool = Fa
         lines += _row("you set", conflict["you_set"] or "(nothing: the defaults themselves)", width)
         if conflict["machine"]:
             lines += _row("machine", conflict["machine"], width)
+        if conflict.get("model"):
+            lines += _row("model", conflict["model"], width)
         for step in conflict["proof"]:
             lines += _row("rule", f"{step['rule']} {step['clause']}", width)
             if step["reads"]:
