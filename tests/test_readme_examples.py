@@ -1,8 +1,8 @@
-"""The README's `$ accord ...` examples print what they show.
+"""The `$ accord ...` examples of the README and of its reference pages (docs/*.md) print what they show.
 
-Why: the README is the first thing a user runs, and an example that drifted from the real output
-(a rule changed, a fix ranked differently) teaches the wrong thing. Every example block that holds
-one `$ accord` command is run as written, with `models/<name>` pointing at the test checkpoints
+Why: the README and the page of each command are the first things a user runs, and an example that
+drifted from the real output (a rule changed, a fix ranked differently) teaches the wrong thing.
+Every example block that holds one `$ accord` command is run as written, with `models/<name>` pointing at the test checkpoints
 (tests/differential/fixtures/models); its output must equal the block, or, where the block elides
 lines with `...`, contain every line it shows. Blocks with several commands, an elided command, or
 a timed measurement (`--measure`, whose figures are this machine's) are not run; each is named
@@ -23,12 +23,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "tests" / "differential" / "fixtures" / "models"
 BLOCK = re.compile(r"```[a-z]*\n(.*?)```", re.S)
+LINK = re.compile(r"\]\(([^)#\s]+)\)")
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def _examples() -> list[tuple[str, str]]:
-    """(command, expected output) for each README block that starts with one `$ accord` command."""
+def _examples(page: Path) -> list[tuple[str, str]]:
+    """(command, expected output) for each block of `page` that starts with one `$ accord` command."""
     found = []
-    for block in BLOCK.findall((ROOT / "README.md").read_text()):
+    for block in BLOCK.findall(page.read_text()):
         lines = block.rstrip("\n").split("\n")
         if not lines[0].startswith("$ accord"):
             continue
@@ -50,11 +52,23 @@ def _not_run(command: str, expected: str) -> str | None:
     return None
 
 
-EXAMPLES = _examples()
+EXAMPLES = [(page.relative_to(ROOT).as_posix(), command, expected)
+            for page in PAGES for command, expected in _examples(page)]
 
 
-def test_the_readme_has_examples_that_run():
-    assert sum(1 for c, e in EXAMPLES if _not_run(c, e) is None) >= 8
+def test_the_readme_and_its_pages_have_examples_that_run():
+    assert sum(1 for _, c, e in EXAMPLES if _not_run(c, e) is None) >= 8
+
+
+def test_the_readme_links_every_reference_page_and_every_link_resolves():
+    """The reference moved out of the README into docs/: each page must stay reachable from it, and
+    a page's relative links (to the README, to other pages, to rules/README.md) must not dangle."""
+    readme_links = set(LINK.findall((ROOT / "README.md").read_text()))
+    assert {f"docs/{page.name}" for page in PAGES[1:]} <= readme_links
+    for page in PAGES:
+        for target in LINK.findall(page.read_text()):
+            if "://" not in target:
+                assert (page.parent / target).exists(), f"{page.name} links to a missing {target}"
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +87,8 @@ def _accord() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "accord.resolver.cli"]
 
 
-@pytest.mark.parametrize("command, expected", [pytest.param(c, e, id=c[:70]) for c, e in EXAMPLES
-                                               if _not_run(c, e) is None])
+@pytest.mark.parametrize("command, expected", [pytest.param(c, e, id=f"{page}: {c[:70]}")
+                                               for page, c, e in EXAMPLES if _not_run(c, e) is None])
 def test_a_readme_example_prints_what_it_shows(workdir, command, expected):
     env = {**os.environ, "COLUMNS": "100"}  # the width the README's examples were printed at
     words = shlex.split(command)
@@ -83,6 +97,6 @@ def test_a_readme_example_prints_what_it_shows(workdir, command, expected):
     real = (done.stdout + done.stderr).rstrip("\n")
     if "..." in expected:
         missing = [line for line in expected.split("\n") if line.strip() and "..." not in line and line not in real]
-        assert not missing, f"lines the README shows that `{command}` no longer prints: {missing}"
+        assert not missing, f"lines the page shows that `{command}` no longer prints: {missing}"
     else:
-        assert real == expected.rstrip("\n"), f"`{command}` prints something else than the README shows"
+        assert real == expected.rstrip("\n"), f"`{command}` prints something else than the page shows"

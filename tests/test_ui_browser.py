@@ -3,7 +3,7 @@
 
 The walk the issue asks for: pick the H100 preset and a bundled model, set --kv-cache-dtype nvfp4,
 see the conflict proof and its verified fixes, apply one with a click, see the command follow.
-The screenshot it takes is the one in the README (docs/ui.png).
+The screenshot it takes is the one docs/ui.md shows (docs/ui.png).
 """
 
 from __future__ import annotations

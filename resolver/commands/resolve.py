@@ -15,7 +15,7 @@ from accord.resolver.api import ConflictError, resolve
 from accord.resolver.commandline.flagparse import ParsedFlags, parse_flags
 from accord.resolver.commands.options import add_fact_options
 from accord.resolver.errors import EXIT_CONFLICT
-from accord.resolver.facts.machine import load_facts
+from accord.resolver.facts.machine import load_facts, saved_facts, with_overrides
 from accord.resolver.facts.model import model_note
 from accord.resolver.facts.model_sources import ModelSource, find_model
 from accord.resolver.frozen import ResolvedConfig, thaw
@@ -44,8 +44,17 @@ def resolve_command(argv: list[str], prog: str, options=None) -> tuple[argparse.
     `options` adds the command's own options (default: resolve's)."""
     opts, parsed = parse_flags(argv, add_options=options or add_options, prog=prog)
     model_path, revision = parsed.user.get("model_path"), parsed.user.get("revision")
-    facts = load_facts(opts.facts, opts.fact, model_path=model_path, system=parsed.system, revision=revision)
-    note = model_note(model_path, parsed.system, revision)
+    saved = saved_facts(getattr(opts, "config", None))
+    facts_typed = any(word == "--facts" or word.startswith("--facts=") for word in argv)
+    if saved is not None and not facts_typed:
+        facts = with_overrides(saved, opts.fact, f"the facts saved in {opts.config}")
+        note = (f"resolved against the facts saved in {opts.config} (the machine and model it was resolved for); "
+                f"give --facts to resolve it for another machine")
+    else:
+        facts = load_facts(opts.facts, opts.fact, model_path=model_path, system=parsed.system, revision=revision)
+        note = model_note(model_path, parsed.system, revision)
+        if saved is not None:
+            note = "; ".join(filter(None, [note, f"--facts {opts.facts} replaces the facts saved in {opts.config}"]))
     if note:
         parsed = dataclasses.replace(parsed, warnings=(*parsed.warnings, note))
     return opts, parsed, facts

@@ -173,6 +173,38 @@ def _base_facts(spec: str) -> tuple[dict[str, Any], dict[str, Any]]:
     raise UsageError(_unknown_preset_message(spec))
 
 
+def saved_facts(config_file: str | None) -> dict[str, Any] | None:
+    """The facts a saved `accord resolve --json` output was resolved against (None: the file is
+    not one). Read back with `--config`, such a file means "this launch, on that machine": without
+    `--facts` it resolves against these facts, model facts included, so the hash comes back the same."""
+    if not config_file or not config_file.endswith(".json"):
+        return None
+    from accord.resolver.commandline.configfile import RESOLVED_KEYS
+
+    try:
+        data = parse_json(read_limited_text(config_file, SETTINGS_FILE_LIMIT, "config file"), config_file)
+    except (UsageError, ValueError):
+        return None  # reading it as a config file reports what is wrong with it
+    if not isinstance(data, dict) or not RESOLVED_KEYS <= set(data) or not isinstance(data.get("facts"), dict):
+        return None
+    return _facts_from_data(Path(config_file), data["facts"])[1]
+
+
+def with_overrides(facts: Mapping[str, Any], overrides: Sequence[str], given: str) -> dict[str, Any]:
+    """`facts` with each `--fact KEY=VALUE` applied and checked for contradictions, sorted."""
+    facts = dict(facts)
+    facts.update(parse_fact(item) for item in overrides)
+    facts = {k: v for k, v in facts.items() if not (k.startswith(PACKAGE_PREFIX) and v is None)}
+    problems = contradictions(facts)
+    if problems:
+        given += "".join(f" --fact {o}" for o in overrides)
+        raise UsageError(
+            f"impossible facts from {given}: {'; '.join(problems)}. Correct the facts file or "
+            f"--fact values, or start from a preset that matches the machine "
+            f"({', '.join(list_presets())}).")
+    return dict(sorted(facts.items()))
+
+
 def load_facts(spec: str = "probe", overrides: Sequence[str] = (), model_path: str | None = None,
                system: str = "llm", revision: str | None = None) -> dict[str, Any]:
     """The facts to resolve against, sorted by key.
@@ -185,14 +217,5 @@ def load_facts(spec: str = "probe", overrides: Sequence[str] = (), model_path: s
     UsageError for an unknown preset or key, a bad value, or facts no machine could have.
     """
     base, explicit = _base_facts(spec)
-    facts = {**base, **model_facts(model_path, system, revision), **explicit}
-    facts.update(parse_fact(item) for item in overrides)
-    facts = {k: v for k, v in facts.items() if not (k.startswith(PACKAGE_PREFIX) and v is None)}
-    problems = contradictions(facts)
-    if problems:
-        given = f"--facts {spec}" + "".join(f" --fact {o}" for o in overrides)
-        raise UsageError(
-            f"impossible facts from {given}: {'; '.join(problems)}. Correct the facts file or "
-            f"--fact values, or start from a preset that matches the machine "
-            f"({', '.join(list_presets())}).")
-    return dict(sorted(facts.items()))
+    return with_overrides({**base, **model_facts(model_path, system, revision), **explicit}, overrides,
+                          f"--facts {spec}")
