@@ -35,7 +35,7 @@ def toy(tmp_path, monkeypatch):
                    "accord.resolver.commands.matrix.plan_for"):
         monkeypatch.setattr(target, lambda system, strict=False: plan)
 
-    def facts(spec="probe", overrides=(), model_path=None, system="llm"):
+    def facts(spec="probe", overrides=(), model_path=None, system="llm", revision=None):
         return TOY_FACTS[spec]
     monkeypatch.setattr("accord.resolver.commands.resolve.load_facts", facts)
     monkeypatch.setattr("accord.resolver.facts.machine.load_facts", facts)
