@@ -183,9 +183,12 @@ def _unchecked_message(unknown) -> str:
 
 def resolve(system: str, user: Mapping[str, Any], facts: Mapping[str, Any],
             sources: Mapping[str, str] | None = None, relax: bool = False,
-            warnings: tuple[str, ...] | list[str] = (), strict: bool = False) -> ResolvedConfig:
+            warnings: tuple[str, ...] | list[str] = (), strict: bool = False,
+            refuse_unchecked: bool = False) -> ResolvedConfig:
     """Resolve a launch. User values are never changed, except by `relax`, which reports each change.
-    A known-bad runtime combination is a warning, or with `strict` a conflict citing its report."""
+    A known-bad runtime combination is a warning, or with `strict` a conflict citing its report. A
+    rule left unchecked for want of a fact is a warning, or with `refuse_unchecked` (the CLI's
+    `--strict`) an UncheckedError."""
     plan = plan_for(system, strict=True) if strict else plan_for(system)
     typed = user = dict(user)
     _check_known_flags(plan, user)
@@ -231,7 +234,7 @@ def resolve(system: str, user: Mapping[str, Any], facts: Mapping[str, Any],
         elif name in typed_auto:  # no rule decides it: the auto choice stays, as the user typed
             provenance[name] = {"source": "user", "via": sources.get(name, "cli")}
     final = Env(plan, user, facts, outcome.values)
-    if strict and outcome.unknown:
+    if refuse_unchecked and outcome.unknown:
         raise UncheckedError(_unchecked_message(outcome.unknown))
     for rule, missing in outcome.unknown:
         notes.append(f"[{rule.id}] not checked: fact {missing} is unknown")

@@ -29,11 +29,18 @@ def test_the_default_help_is_short_and_ends_with_the_groups_and_how_to_list_one(
     monkeypatch.setenv("COLUMNS", "100")
     out = _help(capsys, command, "--help")
     assert len(out.splitlines()) < 80  # was ~1,400: every flag of the catalog
+    assert all(len(line) <= 100 for line in out.splitlines())  # examples too fit the terminal
     assert out.index("examples:") < out.index("options:") < out.index("llm flags by group")
     words = " ".join(out.split())
     assert f"`accord {command} --help GROUP` lists a group" in words
     assert f"`accord {command} --help all` every flag" in words
     assert "parallel (" in out and "--tp-size" not in out  # groups listed, their flags not
+
+
+def test_why_after_its_flag_has_the_same_help_with_its_own_usage(capsys):
+    out = _help(capsys, "why", "page_size", "--help")
+    assert out.startswith("usage: accord why FLAG [FLAG ...]")
+    assert out.index("examples:") < out.index("options:") < out.index("llm flags by group")
 
 
 def test_the_group_sizes_add_up_to_the_catalog(capsys):

@@ -225,7 +225,8 @@ def test_help_lists_the_flag_groups_and_help_group_the_flags_of_one_and_exits_0(
     assert "--tp-size" not in out
     with pytest.raises(SystemExit) as done:
         parse_flags(["--help", "parallel"])
-    assert done.value.code == 0 and "--tp-size, --tensor-parallel-size, --tp (short form)  [int]" in capsys.readouterr().out
+    assert done.value.code == 0
+    assert "--tp-size, --tensor-parallel-size, --tp (short form)  [int]" in capsys.readouterr().out
 
 
 # --- the calling command's own options ----------------------------------------------------------------------------

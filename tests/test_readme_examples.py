@@ -2,11 +2,11 @@
 
 Why: the README and the page of each command are the first things a user runs, and an example that
 drifted from the real output (a rule changed, a fix ranked differently) teaches the wrong thing.
-Every example block that holds one `$ accord` command is run as written, with `models/<name>` pointing at the test checkpoints
-(tests/differential/fixtures/models); its output must equal the block, or, where the block elides
-lines with `...`, contain every line it shows. Blocks with several commands, an elided command, or
-a timed measurement (`--measure`, whose figures are this machine's) are not run; each is named
-below with the reason.
+Every example block that holds one `$ accord` command is run as written, with `models/<name>`
+pointing at the test checkpoints (tests/differential/fixtures/models); its output must equal the
+block, or, where the block elides lines with `...`, contain every line it shows. Blocks with several
+commands, an elided command, or a timed measurement (`--measure`, whose figures are this machine's)
+are not run; each is named below with the reason.
 """
 
 from __future__ import annotations

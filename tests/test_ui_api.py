@@ -137,7 +137,10 @@ def test_presets_list_every_preset_with_its_facts(api):
 
 def test_models_name_the_bundled_model_folders(api):
     models = json.loads(fetch(f"{api.base}/api/models")[2])["models"]
-    assert {(m["system"], m["path"]) for m in models} == {(s, str(p)) for s, p in BUILTIN_MODELS.items()}
+    assert {(m["system"], m["path"]) for m in models} >= {(s, str(p)) for s, p in BUILTIN_MODELS.items()}
+    # and every built-in model card, by hub id, under its own system
+    assert {("llm", "deepseek-ai/DeepSeek-V3"), ("diffusion", "black-forest-labs/FLUX.1-dev")} <= \
+        {(m["system"], m["path"]) for m in models}
 
 
 # -- bad input: 4xx with the CLI's message ---------------------------------------------------------

@@ -46,6 +46,9 @@ class HelpAction(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         # built only when help is asked for: a parse that is not for help never reads help.yaml
+        usage = (_help_data().get(command_name(parser.prog)) or {}).get("usage")
+        if usage:  # a command with arguments of its own before the launch flags (`accord why FLAG`)
+            parser.usage = usage
         parser.description = description(parser.prog, self.catalog)
         parser.epilog = group_listing(parser.prog, self.catalog)
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -67,8 +70,11 @@ def description(prog: str, catalog: Catalog) -> str:
     if entry.get("examples"):
         text += "\nexamples:\n"
         for example in entry["examples"]:
-            shows = f"    ({example['shows']})" if example.get("shows") else ""
-            text += f"  {example['command']}{shows}\n"
+            line = f"  {example['command']}"
+            if example.get("shows"):  # beside the command, or below it when that would be too wide
+                shows = f"({example['shows']})"
+                line += f"    {shows}" if len(line) + 4 + len(shows) <= WIDTH else f"\n      {shows}"
+            text += line + "\n"
     return text
 
 

@@ -2,11 +2,12 @@
 
 Why a parser per command line: argparse builds one action per option, and a catalog holds five
 hundred flags, so a parse registers only the catalog flags whose spellings appear on its command line
-(`--help` lists them from the catalog itself, by group: `commandhelp`). Prefixes are written out in full before parsing (`flagspellings`) and
-argparse's own abbreviation is off, so argparse's reading of a word (option, value or unknown) does
-not depend on which other options exist: the answer is the same as with the full parser. Parsers are
-cached by the flags they hold. argparse's own errors become one-paragraph `UsageError`s here, and so
-do the words it could not place (an unknown flag, with the nearest real spellings; a stray value).
+(`--help` lists them from the catalog itself, by group: `commandhelp`). Prefixes are written out in
+full before parsing (`flagspellings`) and argparse's own abbreviation is off, so argparse's reading
+of a word (option, value or unknown) does not depend on which other options exist: the answer is the
+same as with the full parser. Parsers are cached by the flags they hold. argparse's own errors
+become one-paragraph `UsageError`s here, and so do the words it could not place (an unknown flag,
+with the nearest real spellings; a stray value).
 """
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ def main(argv: list[str]) -> int:
         return main_dry_run(parsed, facts, opts)
     try:
         config = resolve(parsed.system, parsed.user, facts, parsed.sources, relax=opts.relax,
-                         warnings=parsed.warnings, strict=opts.strict)
+                         warnings=parsed.warnings, strict=opts.strict, refuse_unchecked=opts.strict)
     except ConflictError as err:
         return print_conflict(err, opts.json, parsed.warnings, parsed)
     if opts.json:

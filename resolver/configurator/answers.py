@@ -147,10 +147,13 @@ def presets_json() -> str:
 
 
 def models_json() -> str:
-    """The bundled model folders (what the engine serves without --model-path), by system."""
+    """The models the picker offers, by system: the bundled model folders (what the engine serves
+    without --model-path), then every built-in model card by hub id (its facts need no download)."""
     from accord.resolver.facts.model import BUILTIN_MODELS
+    from accord.resolver.facts.model_sources import card_systems
 
     models = [{"system": system, "name": path.name, "path": str(path)} for system, path in BUILTIN_MODELS.items()]
+    models += [{"system": system, "name": repo, "path": repo} for repo, system in card_systems().items()]
     return json.dumps({"models": models}, indent=2, sort_keys=True) + "\n"
 
 

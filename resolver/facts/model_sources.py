@@ -260,6 +260,15 @@ def model_card(repo: str, system: str) -> ModelSource | None:
                        location=str(path), files=card["files"])
 
 
+def card_systems() -> dict[str, str]:
+    """Hub id -> system of every built-in card, sorted by hub id (reads every card)."""
+    found = {}
+    for path in sorted(CARDS_DIR.glob("*.json")):
+        card = json.loads(path.read_text(encoding="utf-8"))
+        found[card["repo"]] = card.get("system", "llm")
+    return dict(sorted(found.items()))
+
+
 def card_repos() -> list[str]:
     """The hub ids of every built-in card, sorted (the configurator's model picker lists them)."""
     return sorted(path.stem.replace("--", "/", 1) for path in CARDS_DIR.glob("*.json"))
