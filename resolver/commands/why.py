@@ -40,8 +40,9 @@ def _env(config, plan) -> Env:
 def _deciding_candidate(rule, value, env: Env) -> str | None:
     """The condition of the `prefer` candidate that gave `value` (None: unconditional or not prefer).
 
-    Several candidates of one rule may offer the same value under different conditions (fa3 for
-    GPT-OSS on Hopper, fa3 for any MHA model on Hopper), so the one that gave it is the first whose
+    Several candidates of one rule may offer the same value under different conditions (one
+    backend for one model family on a GPU, the same backend for any model there), so the one that
+    gave it is the first whose
     condition holds in the resolved launch, as `Plan.candidates` tries them, not the first that
     merely names the value."""
     for candidate in rule.values:

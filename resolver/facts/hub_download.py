@@ -17,7 +17,9 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 
 from accord.resolver.errors import UsageError
-from accord.resolver.facts.model_sources import CONFIG_FILE, ModelSource, hub_cache_dir
+
+# The file that makes a folder a model of each system (model_sources reads it from here).
+CONFIG_FILE = {"llm": "config.json", "diffusion": "model_index.json"}
 
 # Seconds to wait for the hub: a resolver answers in about a second, so a slow or unreachable hub
 # must not hold it for long (huggingface_hub's own default is 10 s per request).
@@ -46,8 +48,9 @@ def wanted_files(system: str, listing: dict[str, int | None]) -> list[str]:
     return sorted(name for name in names if (listing[name] or 0) <= LARGEST_FILE)
 
 
-def download_config_files(repo: str, revision: str | None, system: str) -> ModelSource:
-    """Download the config files of `repo` at `revision` into the cache; the snapshot they form."""
+def download_config_files(repo: str, revision: str | None, system: str, cache_dir: Path) -> Path:
+    """Download the config files of `repo` at `revision` into the cache at `cache_dir`; the snapshot
+    folder they form (named by its commit)."""
     import huggingface_hub
     from huggingface_hub import errors
 
@@ -62,7 +65,7 @@ def download_config_files(repo: str, revision: str | None, system: str) -> Model
             # By the revision asked for (main when none), not the commit, so the cache records
             # the branch's commit in refs/ and the next run finds the files offline.
             path = Path(huggingface_hub.hf_hub_download(repo, name, revision=revision,
-                                                        etag_timeout=TIMEOUT_S, cache_dir=hub_cache_dir()))
+                                                        etag_timeout=TIMEOUT_S, cache_dir=cache_dir))
             folder = path.parents[len(PurePosixPath(name).parts) - 1]
     except errors.GatedRepoError:
         raise UsageError(_login_message(repo, "is gated: its files are shown only to accounts that accepted "
@@ -76,7 +79,7 @@ def download_config_files(repo: str, revision: str | None, system: str) -> Model
         raise HubUnreachable(f"the Hugging Face hub answered {repo} with an error ({_first_line(err)})") from None
     except _transport_errors() as err:  # connection refused, timed out, DNS, TLS
         raise HubUnreachable(f"the Hugging Face hub could not be reached ({_first_line(err)})") from None
-    return ModelSource("hub", repo, repo=repo, revision=folder.name, location=str(folder), folder=folder)
+    return folder
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:

@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from accord.resolver.errors import UsageError
+from accord.resolver.facts.hub_download import CONFIG_FILE  # the one file that makes a folder a model (huggingface_hub is imported only to download)
 from accord.resolver.untrusted import MODEL_FILE_LIMIT, read_json_object
 from accord.rules.models.location import BUILTIN_NAMES, DEFAULT_NAME, gguf_file, local_path
 from accord.rules.paths import MODELS_DIR
 
 CARDS_DIR = MODELS_DIR / "cards"
 BUILTIN_MODELS = {"llm": MODELS_DIR / "tiny-llama", "diffusion": MODELS_DIR / "tiny-dit"}
-CONFIG_FILE = {"llm": "config.json", "diffusion": "model_index.json"}
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -133,7 +133,9 @@ def _find_remote(model_path: str, system: str, revision: str | None) -> ModelLoo
         from accord.resolver.facts.hub_download import HubUnreachable, download_config_files
 
         try:
-            return ModelLookup(download_config_files(model_path, revision, system))
+            folder = download_config_files(model_path, revision, system, hub_cache_dir())
+            return ModelLookup(ModelSource("hub", model_path, repo=model_path, revision=folder.name,
+                                           location=str(folder), folder=folder))
         except HubUnreachable as err:
             hub_note = str(err)
     card = model_card(model_path, system)
