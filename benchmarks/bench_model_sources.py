@@ -77,7 +77,7 @@ def main() -> int:
                        ("hub id from a built-in card", ["--model-path", "moonshotai/Kimi-K2-Instruct"])):
         took = _cold_resolve_ms(args, opts.repeat, env)
         print(f"  {name:<34} {took:8.1f} ms   ratio {took / baseline:.2f}")
-    print(json.dumps({"cards": len(model_sources.card_repos())}))
+    print(json.dumps({"cards": len(model_sources.card_systems())}))
     return 0
 
 

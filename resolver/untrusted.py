@@ -59,11 +59,17 @@ def nesting_depth(value: Any, limit: int = MAX_DEPTH) -> int:
     return deepest
 
 
+def too_deep(where: str) -> UsageError:
+    """The error for a document nested deeper than MAX_DEPTH (found by a parser's RecursionError or
+    by `nesting_depth`), naming `where` it is."""
+    return UsageError(f"{where} nests lists and mappings more than {MAX_DEPTH} levels deep; no config "
+                      f"Accord reads is shaped like that, so check that it is the file you meant.")
+
+
 def check_depth(value: Any, where: str) -> Any:
-    """`value` when it nests at most MAX_DEPTH levels, else a UsageError naming `where`."""
+    """`value` when it nests at most MAX_DEPTH levels, else `too_deep(where)`."""
     if nesting_depth(value) > MAX_DEPTH:
-        raise UsageError(f"{where} nests lists and mappings more than {MAX_DEPTH} levels deep; no config "
-                         f"Accord reads is shaped like that, so check that it is the file you meant.")
+        raise too_deep(where)
     return value
 
 
@@ -72,8 +78,7 @@ def parse_json(text: str, where: str, **options: Any) -> Any:
     try:
         return check_depth(json.loads(text, **options), where)
     except RecursionError:
-        raise UsageError(f"{where} nests lists and mappings more than {MAX_DEPTH} levels deep; no config "
-                         f"Accord reads is shaped like that, so check that it is the file you meant.") from None
+        raise too_deep(where) from None
 
 
 def read_json_object(path: Path, limit: int, fix: str) -> dict[str, Any]:

@@ -25,7 +25,6 @@ GENERIC = {"file", "none", "auto", "torch", "triton", "kernel", "compressed", "d
            "model_id"}
 KNOWN = {
     "commandline/configflags.py": {"tp_size"},
-    "commands/launch.py": {"sglang"},  # the default launcher is upstream's own module
     "facts/model_sources.py": {"huggingface"},  # the Hugging Face cache's folder name, not a backend
     "commands/why.py": {"attention_backend", "chunked_prefill_size", "tp_size"},
     "exploring/matrix_axes.py": {"attention_backend", "kv_cache_dtype", "tp_size"},

@@ -22,7 +22,7 @@ from accord.resolver.api import ConflictError, resolve
 from accord.resolver.errors import UsageError
 from accord.resolver.facts.machine import load_facts
 from accord.resolver.facts.model import facts_of, model_facts, model_note
-from accord.resolver.facts.model_sources import CARDS_DIR, cached_file, card_repos, find_model, model_card
+from accord.resolver.facts.model_sources import CARDS_DIR, cached_file, card_systems, find_model, model_card
 from tests.hub_stand_in import COMMIT, StandInHub
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,7 +192,7 @@ CARDS = sorted(CARDS_DIR.glob("*.json"))
 
 
 def test_there_are_cards_for_at_least_sixty_models():
-    assert len(CARDS) >= 60 and len(card_repos()) == len(CARDS)
+    assert len(CARDS) >= 60 and len(card_systems()) == len(CARDS)
 
 
 @pytest.mark.parametrize("path", CARDS, ids=[p.stem for p in CARDS])
@@ -308,3 +308,21 @@ def test_a_hub_id_of_the_other_system_says_which_system_to_give(tmp_path, monkey
     write_snapshot(tmp_path, "acme/pipeline", {"model_index.json": {"_class_name": "FluxPipeline"}})
     with pytest.raises(UsageError, match="--system diffusion"):
         model_note("acme/pipeline", "llm")
+
+
+@pytest.mark.parametrize("env", [
+    {"HF_HUB_CACHE": "/tmp/a"}, {"HUGGINGFACE_HUB_CACHE": "/tmp/b"}, {"HF_HOME": "/tmp/c"},
+    {"XDG_CACHE_HOME": "/tmp/d"}, {"HF_HOME": "/tmp/c", "HF_HUB_CACHE": "/tmp/a"}, {},
+    {"HF_HUB_OFFLINE": "true"}, {"HF_HUB_OFFLINE": "0"}, {"HF_HUB_OFFLINE": "ON"},
+])
+def test_the_cache_folder_and_offline_switch_are_read_as_huggingface_hub_reads_them(env):
+    """Read without importing the library (it costs a fifth of a second); held to its constants."""
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "HF_HUB_OFFLINE")}
+    script = ("import json, huggingface_hub.constants as c; "
+              "from accord.resolver.facts.model_sources import hub_cache_dir, hub_offline; "
+              "print(json.dumps([str(hub_cache_dir()), c.HF_HUB_CACHE, hub_offline(), c.HF_HUB_OFFLINE]))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         env={**clean, **env}, check=True).stdout
+    ours_dir, theirs_dir, ours_offline, theirs_offline = json.loads(out)
+    assert (ours_dir, ours_offline) == (theirs_dir, theirs_offline)

@@ -20,8 +20,8 @@ from accord.resolver.language.catalog import SYSTEMS
 from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.solving.solve import Env, check
 from tests.checks import assert_conflict_is_minimal
+from tests.launch_samples import sampled_flags
 
-INT_SAMPLES = (0, 1, 2, 3, 4, 8, 16, 64, 4096)
 
 
 def _relevant_flags(system):
@@ -30,16 +30,7 @@ def _relevant_flags(system):
     names = set()
     for rule in plan.ruleset:
         names |= rule.reads_flags | ({rule.flag} if rule.flag else set())
-    out = {}
-    for name in sorted(names):
-        flag = plan.catalog.flags.get(name)
-        if flag is None:
-            continue
-        if flag.finite_domain is not None:
-            out[name] = list(flag.finite_domain)
-        elif flag.type == "int":
-            out[name] = ([None] if flag.nullable else []) + list(INT_SAMPLES)
-    return out
+    return sampled_flags(plan, names)
 
 
 def launches(system):

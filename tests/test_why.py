@@ -20,8 +20,7 @@ from accord.resolver.facts.machine import list_presets
 from accord.resolver.language.catalog import SYSTEMS
 from accord.resolver.language.expr import constant, parse
 from accord.resolver.language.expr_runtime import UnknownFact
-
-INT_SAMPLES = (0, 1, 2, 4, 8, 16, 4096)
+from tests.launch_samples import sampled_flags
 
 
 class PrintedLaunch:
@@ -87,16 +86,7 @@ def _computed_flags(plan) -> list[str]:
 
 def _typable_flags(plan) -> dict[str, list]:
     """Flags a rule reads, with a finite domain or a few sample sizes."""
-    out = {}
-    for name in sorted({n for rule in plan.ruleset for n in rule.reads_flags}):
-        flag = plan.catalog.flags.get(name)
-        if flag is None:
-            continue
-        if flag.finite_domain is not None:
-            out[name] = list(flag.finite_domain)
-        elif flag.type == "int":
-            out[name] = ([None] if flag.nullable else []) + list(INT_SAMPLES)
-    return out
+    return sampled_flags(plan, {n for rule in plan.ruleset for n in rule.reads_flags})
 
 
 def launches(system):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from accord.resolver.errors import UsageError
-from accord.resolver.untrusted import MAX_DEPTH, SETTINGS_FILE_LIMIT, nesting_depth, read_limited_text
+from accord.resolver.untrusted import SETTINGS_FILE_LIMIT, check_depth, read_limited_text, too_deep
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,10 +36,8 @@ def read_config(path: str) -> list[ConfigEntry]:
     try:
         entries = _read_json(path, text) if path.endswith(".json") else _read_yaml(path, text)
     except RecursionError:
-        entries = None
-    if entries is None or nesting_depth([entry.value for entry in entries]) > MAX_DEPTH:
-        raise UsageError(f"config file {path} nests lists and mappings more than {MAX_DEPTH} levels deep; a "
-                         f"config file is a flat mapping of flag: value pairs, so check that it is the file you meant.")
+        raise too_deep(f"config file {path}") from None
+    check_depth([entry.value for entry in entries], f"config file {path}")
     return entries
 
 

@@ -100,31 +100,32 @@ def config_file(launch: Launch, path: str) -> str:
 
 
 # Run by the launcher's own interpreter: exit 3 when it cannot find the top-level package. Only the
-# package is looked up (never imported): finding `sglang.launch_server` would import sglang itself.
+# package is looked up (never imported): finding `package.module` would import the package itself.
 _FIND_PACKAGE = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else 3)"
 _PACKAGE_MISSING = 3
 
 
 def python_module(command: list[str]) -> tuple[str, str] | None:
-    """(interpreter, top-level package) of a `python3 [options] -m package.module ...` launcher;
-    None for any other launcher (an executable such as `sglang serve` is found on PATH or not)."""
+    """(interpreter, module) of a `python3 [options] -m package.module ...` launcher; None for any
+    other launcher (an executable is found on PATH or not)."""
     if not command or not os.path.basename(command[0]).startswith("python") or "-m" not in command[1:]:
         return None
     at = command.index("-m", 1)
     if at + 1 >= len(command) or not all(word.startswith("-") for word in command[1:at]):
         return None
-    return command[0], command[at + 1].split(".")[0]
+    return command[0], command[at + 1]
 
 
 def missing_package(launch: Launch, env: dict[str, str]) -> str | None:
-    """The package a `python -m` launcher runs, when its interpreter cannot find it.
+    """The top-level package a `python -m` launcher runs, when its interpreter cannot find it.
 
     Without this check the interpreter replaces `accord launch` and dies with its own
     ModuleNotFoundError and exit 1; the check costs one interpreter start (no import of the package)."""
     found = python_module(launch.command)
     if found is None:
         return None
-    interpreter, package = found
+    interpreter, module = found
+    package = module.split(".")[0]
     try:
         probe = subprocess.run([interpreter, "-c", _FIND_PACKAGE, package], env=env,
                                stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
@@ -139,11 +140,11 @@ def exec_launch(launch: Launch) -> int:
     env.update(launch.env)
     package = missing_package(launch, env)
     if package is not None:
-        interpreter = launch.command[0]
+        interpreter, module = python_module(launch.command)
         print(f"accord launch: {interpreter} cannot import {package}, so `{' '.join(launch.launcher)}` "
-              f"cannot start: upstream SGLang is not installed for that interpreter. Install it there "
-              f"(`{interpreter} -m pip install sglang`), or give the command that starts it with "
-              f"--launcher, e.g. --launcher \"/path/to/venv/bin/python -m sglang.launch_server\"; "
+              f"cannot start: upstream is not installed for that interpreter. Install it there "
+              f"(`{interpreter} -m pip install {package}`), or give the command that starts it with "
+              f"--launcher, e.g. --launcher \"/path/to/venv/bin/python -m {module}\"; "
               f"`accord launch --dry-run` prints the command without starting anything.",
               file=sys.stderr)
         return EXIT_LAUNCHER_MISSING

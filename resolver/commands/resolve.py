@@ -55,9 +55,12 @@ def resolve_command(argv: list[str], prog: str, options=None) -> tuple[argparse.
         note = model_note(model_path, parsed.system, revision)
         if saved is not None:
             note = "; ".join(filter(None, [note, f"--facts {opts.facts} replaces the facts saved in {opts.config}"]))
-    if note:
-        parsed = dataclasses.replace(parsed, warnings=(*parsed.warnings, note))
-    return opts, parsed, facts
+    return opts, noted(parsed, note), facts
+
+
+def noted(parsed: ParsedFlags, note: str | None) -> ParsedFlags:
+    """`parsed` with one more warning (a note on where its facts came from), when there is one."""
+    return dataclasses.replace(parsed, warnings=(*parsed.warnings, note)) if note else parsed
 
 
 def model_source(parsed: ParsedFlags) -> ModelSource | None:

@@ -14,7 +14,6 @@ so a bad command fails fast.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 from accord.resolver.api import ConflictError, resolve
 from accord.resolver.commandline.flagparse import parse_flags
@@ -46,9 +45,7 @@ def main(argv: list[str]) -> int:
                          "them (or drop --all) to serve.")
     model_path, revision = served_model_path(parsed.user.get("model_path"), parsed.system), parsed.user.get("revision")
     facts = serve_facts(opts, model_path, parsed.system, revision)
-    note = model_note(parsed.user.get("model_path"), parsed.system, revision)
-    if note:
-        parsed = dataclasses.replace(parsed, warnings=(*parsed.warnings, note))
+    parsed = resolve_cmd.noted(parsed, model_note(parsed.user.get("model_path"), parsed.system, revision))
     if opts.dry_run:
         return resolve_cmd.main_dry_run(parsed, facts, opts)
     try:

@@ -110,10 +110,19 @@ def _login_message(repo: str, what: str) -> str:
             f"ids are ORG/NAME.")
 
 
+def other_system(system: str) -> str:
+    return next(name for name in CONFIG_FILE if name != system)
+
+
+def wrong_system_message(repo: str, system: str) -> str:
+    """A model of the other system was named: which --system to give (every source says it so)."""
+    other = other_system(system)
+    return (f"--model-path {repo} is a {other} model (it has {CONFIG_FILE[other]}, not "
+            f"{CONFIG_FILE[system]}); add --system {other}.")
+
+
 def _not_a_model(repo: str, system: str, listing: dict[str, int | None]) -> str:
-    other = "diffusion" if system == "llm" else "llm"
-    if CONFIG_FILE[other] in listing:
-        return (f"--model-path {repo} is a {other} model (it has {CONFIG_FILE[other]}, not "
-                f"{CONFIG_FILE[system]}); add --system {other}.")
+    if CONFIG_FILE[other_system(system)] in listing:
+        return wrong_system_message(repo, system)
     return (f"--model-path {repo} has no {CONFIG_FILE[system]} on the Hugging Face hub, so it is not a model "
             f"the {system} server can load; check the repository id.")

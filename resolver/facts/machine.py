@@ -34,7 +34,7 @@ from accord.resolver.facts.probe import probe
 from accord.resolver.facts.schema import PACKAGE_PREFIX, contradictions, parse_fact, spec_or_error, type_problem
 from accord.resolver.language.catalog import RULES_DIR
 from accord.resolver.language.yamlcache import read_yaml_files
-from accord.resolver.untrusted import MAX_DEPTH, SETTINGS_FILE_LIMIT, check_depth, parse_json, read_limited_text
+from accord.resolver.untrusted import SETTINGS_FILE_LIMIT, check_depth, parse_json, read_limited_text, too_deep
 
 PRESETS_DIR = RULES_DIR / "facts"
 
@@ -106,8 +106,7 @@ def _read_facts_file(path: Path, shipped: bool = False) -> tuple[str | None, dic
             data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
             check_depth(data, f"facts file {path}")
     except RecursionError:
-        raise UsageError(f"facts file {path} nests mappings more than {MAX_DEPTH} levels deep; a facts file is "
-                         f"a mapping of fact keys to values (e.g. 'gpu.sm: 100').") from None
+        raise too_deep(f"facts file {path}") from None
     except json.JSONDecodeError as err:
         raise UsageError(f"{path}, line {err.lineno}: not valid JSON ({err.msg}).") from None
     except yaml.YAMLError as err:

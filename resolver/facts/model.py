@@ -181,59 +181,57 @@ def _checkpoint_quantization(config: Mapping[str, Any], source: ModelSource) -> 
        or with `modelopt`, is a ModelOpt export whose `quant_algo` names the method;
     2. `compression_config` (older compressed-tensors exports);
     3. `hf_quant_config.json` beside config.json: a ModelOpt export (nvidia/DeepSeek-R1-FP4);
-    4. `quant_model_description.json`: an Ascend ModelSlim export (`_find_quant_modelslim_config`).
-
-    AutoGPTQ's `quantize_config.json` and AutoAWQ's `quant_config.json` are read last. Upstream
-    reads them only once `--quantization gptq|awq` is typed (`get_quant_config`), so without it
-    a launch would load packed weights as plain ones; Accord names the method instead, which makes
-    the default `--quantization` the checkpoint's.
+    4. the other files of the `quantization: files` table (rules/models/config_spellings.yaml):
+       ModelSlim's description, then AutoGPTQ's and AutoAWQ's configs. Upstream reads the last two
+       only once `--quantization gptq|awq` is typed, so without it a launch would load packed
+       weights as plain ones; Accord names the method instead, which makes the default
+       `--quantization` the checkpoint's.
 
     Absent when the files say the checkpoint is quantized but not how (unknown, not guessed);
     None when it is not quantized."""
     known = _config_spellings()
     text = next((config[k] for k in known["text_config_keys"] if isinstance(config.get(k), dict)), config)
-    quant = next((c["quantization_config"] for c in (text, config) if c.get("quantization_config") is not None), None)
-    if quant is not None:
-        method = quant.get("quant_method") if isinstance(quant, dict) else None
-        if isinstance(quant, dict) and (method is None or str(method).lower() == "modelopt"):
-            method = _modelopt_method(quant) or method
-        return {"model.quant_method": method.lower()} if isinstance(method, str) else {}
-    compression = next((c["compression_config"] for c in (text, config) if c.get("compression_config") is not None), None)
-    if compression is not None:
-        method = compression.get("quant_method") if isinstance(compression, dict) else None
+    for key in ("quantization_config", "compression_config"):
+        section = next((c[key] for c in (text, config) if c.get(key) is not None), None)
+        if section is None:
+            continue
+        method = section.get("quant_method") if isinstance(section, dict) else None
+        modelopt = method is None or str(method).lower() == "modelopt"
+        if key == "quantization_config" and isinstance(section, dict) and modelopt:
+            method = _modelopt_method(section) or method
         return {"model.quant_method": method.lower()} if isinstance(method, str) else {}
     modelopt = source.read("hf_quant_config.json")
     if modelopt is not None:
         method = _modelopt_method(modelopt)
         return {"model.quant_method": method} if method else {}
-    if source.read("quant_model_description.json") is not None:
-        return {"model.quant_method": "modelslim"}
-    for name, method in (("quantize_config.json", "gptq"), ("quant_config.json", "awq")):
-        file = source.read(name)
+    for entry in known["quantization"]["files"]:
+        file = source.read(entry["file"])
         if file is not None:
-            named = file.get("quant_method")
-            return {"model.quant_method": named.lower() if isinstance(named, str) else method}
+            named = file.get("quant_method") if entry.get("own_name") else None
+            return {"model.quant_method": named.lower() if isinstance(named, str) else entry["method"]}
     return {"model.quant_method": None}
 
 
 def _modelopt_method(quant: Mapping[str, Any]) -> str | None:
-    """The method a ModelOpt quantization section names (upstream `_parse_modelopt_quant_config`,
-    model_config.py:1838-1896): the section sits under `quantization` in hf_quant_config.json, flat
-    in a config.json `quantization_config`; `quant_algo` decides."""
+    """The method a ModelOpt quantization section names (the `quantization: modelopt` table of
+    rules/models/config_spellings.yaml): the section sits under `quantization` in
+    hf_quant_config.json, flat in a config.json `quantization_config`; `quant_algo` decides."""
+    table = _config_spellings()["quantization"]["modelopt"]
     section = quant.get("quantization", quant)
     if isinstance(section, Mapping) and isinstance(section.get("quantization"), Mapping):
         section = section["quantization"]
-    if not isinstance(section, Mapping):
+    if not isinstance(section, Mapping) or not isinstance(section.get("quant_algo"), str):
         return None
-    algo = section.get("quant_algo")
-    if algo == "MIXED_PRECISION":
-        layers = section.get("quantized_layers") or {}
-        nvfp4 = any(str(layer.get("quant_algo", "")).upper() in ("NVFP4", "W4A16_NVFP4")
-                    for layer in layers.values() if isinstance(layer, Mapping)) if isinstance(layers, Mapping) else False
-        return "modelopt_mixed" if nvfp4 else "w4afp8"
-    if isinstance(algo, str) and "FP4" in algo:
-        return "modelopt_fp4"
-    return {"FP8": "modelopt_fp8", "MXFP8": "mxfp8"}.get(algo) if isinstance(algo, str) else None
+    algo = section["quant_algo"]
+    if algo == table["mixed_algo"]:
+        layers = section.get("quantized_layers")
+        nvfp4 = isinstance(layers, Mapping) and any(
+            str(layer.get("quant_algo", "")).upper() in table["mixed_nvfp4_layer_algos"]
+            for layer in layers.values() if isinstance(layer, Mapping))
+        return table["mixed_with_nvfp4"] if nvfp4 else table["mixed_otherwise"]
+    if table["fp4_marker"] in algo:
+        return table["fp4"]
+    return table["algos"].get(algo)
 
 
 def _weight_size(source: ModelSource) -> dict[str, Any]:

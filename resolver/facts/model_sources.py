@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from accord.resolver.errors import UsageError
-from accord.resolver.facts.hub_download import CONFIG_FILE  # the one file that makes a folder a model (huggingface_hub is imported only to download)
+# The one file that makes a folder a model of each system, and how a model of the other system is
+# refused, are hub_download's too (it imports huggingface_hub only when it downloads).
+from accord.resolver.facts.hub_download import CONFIG_FILE, other_system, wrong_system_message
 from accord.resolver.untrusted import MODEL_FILE_LIMIT, read_json_object
 from accord.rules.models.location import BUILTIN_NAMES, DEFAULT_NAME, gguf_file, local_path
 from accord.rules.paths import MODELS_DIR
@@ -158,10 +160,9 @@ def _find_remote(model_path: str, system: str, revision: str | None) -> ModelLoo
 def _refuse_other_system(repo: str, system: str, revision: str | None) -> None:
     """A hub id the cache or a card knows as a model of the other system is a usage error that says
     which --system to give, not an unknown model."""
-    other = next(name for name in CONFIG_FILE if name != system)
+    other = other_system(system)
     if cached_file(repo, revision, CONFIG_FILE[other]) is not None or model_card(repo, other) is not None:
-        raise UsageError(f"--model-path {repo} is a {other} model (it has {CONFIG_FILE[other]}, not "
-                         f"{CONFIG_FILE[system]}); add --system {other}.")
+        raise UsageError(wrong_system_message(repo, system))
 
 
 def _local_source(model_path: str, system: str) -> ModelSource | None:
@@ -269,8 +270,3 @@ def card_systems() -> dict[str, str]:
         card = json.loads(path.read_text(encoding="utf-8"))
         found[card["repo"]] = card.get("system", "llm")
     return dict(sorted(found.items()))
-
-
-def card_repos() -> list[str]:
-    """The hub ids of every built-in card, sorted (the configurator's model picker lists them)."""
-    return sorted(path.stem.replace("--", "/", 1) for path in CARDS_DIR.glob("*.json"))
