@@ -165,7 +165,10 @@ def test_measure_serves_the_top_candidates_on_cpu_and_stops_them(capsys, tmp_pat
                         "--calibrate", str(calibration))
     assert rc == 0
     rows = data["measured"]["rows"]
-    assert len(rows) == 2
+    # the top 2, and the baseline when it is not one of them
+    assert [r["rank"] for r in rows if r["rank"] != "base"] == [1, 2]
+    assert len(rows) == 2 + (data["baseline"]["argv"] not in [r["argv"] for r in rows[:2]])
+    assert sorted(map(str, data["measured"]["by_measurement"])) == sorted(str(r["rank"]) for r in rows)
     for row in rows:
         assert row["measured"].get("throughput_tok_s", 0) > 0, row
         assert row["measured"]["errors"] == 0
@@ -199,3 +202,52 @@ def test_no_two_shown_candidates_are_predicted_alike(llama70b_h100):
     speeds = [(c.predicted["throughput_tok_s"], c.predicted["ttft_ms"], c.predicted["tpot_ms"], c.predicted["gpus"])
               for c in result.candidates]
     assert len(speeds) == len(set(speeds))
+
+
+def test_every_shown_candidate_carries_the_warnings_resolve_gives_it(capsys):
+    rc, data = run_json(capsys, "--facts", "h100", "--model-path", LLAMA_8B, "--top", "8")
+    assert rc == 0
+    for candidate in [*data["candidates"], data["baseline"]]:
+        assert main(["resolve", "--facts", "h100", "--json", *candidate["argv"]]) == 0
+        assert candidate["warnings"] == json.loads(capsys.readouterr().out)["warnings"], candidate["args"]
+    # DP attention on a dense model is one resolve warns about, and tune says so where it suggests it
+    dp = [c for c in data["candidates"] if "--enable-dp-attention" in c["argv"]]
+    assert all(any("dp_attention" in w for w in c["warnings"]) for c in dp)
+
+
+def test_a_warned_candidate_ranks_below_an_equal_clean_one():
+    from accord.resolver.exploring.tune_candidates import Candidate
+    from accord.resolver.exploring.tune_ranking import rank_key
+
+    figures = {"throughput_per_gpu": 100.0, "throughput_tok_s": 100.0, "tok_s_per_user": 10.0, "pareto": True}
+    clean = Candidate({"a": 1}, dict(figures), "layout")
+    warned = Candidate({"a": 0}, dict(figures), "layout", warnings=("[x.y] careful",))
+    tie = lambda c: tuple(sorted(c.pins.items()))  # alone it would put `warned` first
+    assert sorted([warned, clean], key=lambda c: rank_key(c, lambda x: -x, tie)) == [clean, warned]
+    faster = Candidate({"a": 0}, {**figures, "throughput_per_gpu": 200.0}, "layout", warnings=("[x.y] careful",))
+    assert sorted([clean, faster], key=lambda c: rank_key(c, lambda x: -x, tie))[0] is faster
+
+
+def test_top_n_prints_n_rows_or_says_why_fewer(capsys):
+    rc = main(["tune", "--facts", "cpu", "--model-path", "tiny-llama", "--top", "400"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    rows = [line for line in out.splitlines() if line[:4].strip().rstrip("*").isdigit()]
+    assert len(rows) < 400 and f"shown {len(rows)} of the 400 asked for" in out
+    rc = main(["tune", "--facts", "cpu", "--model-path", "tiny-llama", "--top", "3"])
+    out = capsys.readouterr().out
+    assert len([line for line in out.splitlines() if line[:4].strip().rstrip("*").isdigit()]) == 3
+    assert "asked for" not in out
+
+
+def test_a_measurement_that_beats_the_predicted_winner_is_said_and_reranks():
+    from accord.resolver.exploring.measure import measured_ranking
+
+    row = lambda rank, tok_s: {"rank": rank, "baseline": rank == "base", "measured": {"throughput_tok_s": tok_s}}
+    held = measured_ranking([row(1, 900.0), row(2, 800.0), row("base", 700.0)])
+    assert held == {"by_measurement": [1, 2, "base"], "verdict": None}
+    beaten = measured_ranking([row(1, 3405.0), row(2, 800.0), row("base", 6023.0)])
+    assert beaten["by_measurement"] == ["base", 1, 2]
+    assert "baseline" in beaten["verdict"] and "6023.0 vs 3405.0" in beaten["verdict"]
+    other = measured_ranking([row(1, 500.0), row(2, 800.0)])
+    assert other["by_measurement"] == [2, 1] and other["verdict"].startswith("#2 measured faster")

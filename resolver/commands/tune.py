@@ -130,6 +130,11 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _warning_id(warning: str) -> str:
+    """The rule id a resolve warning starts with (`[kv.fp8.scales] ...`), or the warning itself."""
+    return warning[1:warning.index("]")] if warning.startswith("[") and "]" in warning else warning
+
+
 def render(result: TuneResult, top: int) -> str:
     """The ranking as a text table, the baseline under it, then what the search judged."""
     w = result.workload
@@ -140,6 +145,10 @@ def render(result: TuneResult, top: int) -> str:
     lines.append(head)
     rows = [(f"{i}{'*' if c.predicted.get('pareto') else ''}", c) for i, c in enumerate(result.candidates[:top], 1)]
     rows.append(("base", result.baseline))
+    # Under each row, the rules `accord resolve` warns with about that launch; each warning's text is
+    # said once below the table, and one every row shares (a rule left unchecked for the model) too.
+    common = set.intersection(*(set(c.warnings) for _, c in rows))
+    said = sorted({w for _, c in rows for w in c.warnings if w not in common})
     for label, c in rows:
         p = c.predicted
         if not p:
@@ -150,12 +159,19 @@ def render(result: TuneResult, top: int) -> str:
         lines.append(f"{label:>4} {p['throughput_tok_s']:>9.0f} {p['throughput_per_gpu']:>8.0f} "
                      f"{p['tok_s_per_user']:>7.1f} {ttft:>9} {p['tpot_ms']:>8.2f} {p['gpus']:>4} "
                      f"{p['concurrency_fits']:>6}  {shlex.join(own) or '(the command as typed)'}")
+        own_warnings = [_warning_id(w) for w in c.warnings if w not in common]
+        if own_warnings:
+            lines.append(f"{'':>6}warns: {', '.join(own_warnings)}")
     lines.append(f"base = what `accord {result.baseline_source}` picks for this command"
                  + ("" if result.sla else "; * = on the Pareto frontier"))
     pruned = ", ".join(f"{k} {v}" for k, v in sorted(result.pruned.items(), key=lambda kv: (-kv[1], kv[0])))
     lines.append(f"judged {result.judged} combinations, {result.excluded} excluded by rule family: {pruned or 'none'}; "
                  f"predicted {result.legal} legal candidates ({result.no_fit} without KV room"
                  + (f", {result.missed_sla} missing the SLA" if result.sla else "") + ")")
+    lines += [f"warning: {warning}" for warning in said]
+    lines += [f"warning (every row): {warning}" for warning in sorted(common)]
+    if result.fewer_than(top):
+        lines.append(f"shown {result.fewer_than(top)}")
     if result.versus:
         lines.append(f"why #1: {result.versus}")
     if result.candidates:

@@ -234,6 +234,10 @@ def measure_candidates(result, k: int, seconds: float, calibrate: str | None, co
               "of #1's throughput (they would take minutes each).", file=log)
     if len(chosen) < k:
         print(f"accord tune: only {len(chosen)} candidate(s) to measure (asked for {k}).", file=log)
+    # The baseline (what `accord resolve` picks) is measured too, so a winner that measures slower
+    # than the plain command is said, not hidden.
+    if result.baseline.predicted and all(c.argv != result.baseline.argv for c in chosen):
+        chosen = [*chosen, result.baseline]
     vocab = int(result.facts.get("model.vocab_size") or 256)
     rows = []
     # SIGTERM (a timeout, a closed terminal) unwinds like Ctrl-C, so every server is stopped.
@@ -245,12 +249,33 @@ def measure_candidates(result, k: int, seconds: float, calibrate: str | None, co
             signal.signal(signal.SIGTERM, previous)
     ok = [r for r in rows if r["measured"].get("throughput_tok_s")]
     rho = spearman([r["predicted"]["throughput_tok_s"] for r in ok], [r["measured"]["throughput_tok_s"] for r in ok])
-    report: dict[str, Any] = {"rows": rows, "spearman_throughput": rho, "seconds_each": seconds}
-    if calibrate:
-        fitted = fit_family_speed(ok, costs.family_speed)
+    report: dict[str, Any] = {"rows": rows, "spearman_throughput": rho, "seconds_each": seconds,
+                              **measured_ranking(ok)}
+    if calibrate:  # fitted on the ranked candidates (the baseline carries no backend family)
+        fitted = fit_family_speed([r for r in ok if r["rank"] != BASELINE], costs.family_speed)
         write_calibration(calibrate, fitted, result, len(ok), rho)
         report["calibration"] = {"file": calibrate, "family_speed": fitted}
     return report
+
+
+BASELINE = "base"  # the rank of the baseline's row: it is not one of the ranked candidates
+
+
+def measured_ranking(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The measured rows re-ranked by measured throughput, and, when that puts another row above
+    the predicted #1, a sentence saying which and by how much (`verdict`; None when #1 held)."""
+    order = sorted(rows, key=lambda r: -r["measured"]["throughput_tok_s"])
+    first = next((r for r in rows if r["rank"] == 1), None)
+    verdict = None
+    if order and first is not None and order[0] is not first:
+        best = order[0]
+        named = "" if best["rank"] == BASELINE else f"#{best['rank']}, "
+        who = (f"{named}the baseline (what `accord resolve` picks for the command)," if best.get("baseline")
+               else f"#{best['rank']}")
+        verdict = (f"{who} measured faster than the predicted #1: {best['measured']['throughput_tok_s']:.1f} vs "
+                   f"{first['measured']['throughput_tok_s']:.1f} tok/s; trust the measurement on this machine, or "
+                   f"fit the cost model to it with --calibrate FILE")
+    return {"by_measurement": [r["rank"] for r in order], "verdict": verdict}
 
 
 def _raise_interrupt(signum, frame) -> None:
@@ -261,7 +286,8 @@ def _serve_each(result, chosen, seconds: float, facts_args: Sequence[str], vocab
                 log: IO[str]) -> None:
     with tempfile.TemporaryDirectory(prefix="accord-tune-") as tmp:
         for rank, candidate in enumerate(chosen, 1):
-            print(f"accord tune: measuring #{result.candidates.index(candidate) + 1}: {' '.join(candidate.argv)}",
+            label = result.candidates.index(candidate) + 1 if candidate in result.candidates else BASELINE
+            print(f"accord tune: measuring {'#' if label != BASELINE else ''}{label}: {' '.join(candidate.argv)}",
                   file=log, flush=True)
             with ServedCandidate(candidate.argv, facts_args, Path(tmp)) as server:
                 try:
@@ -269,7 +295,8 @@ def _serve_each(result, chosen, seconds: float, facts_args: Sequence[str], vocab
                     measured = load(server.port, result.workload, seconds, vocab, seed=rank)
                 except RuntimeError as err:
                     measured = {"error": str(err)}
-            rows.append({"rank": result.candidates.index(candidate) + 1, "argv": candidate.argv, "family": candidate.family,
+            rows.append({"rank": label, "baseline": candidate.argv == result.baseline.argv,
+                         "argv": candidate.argv, "family": candidate.family,
                          "predicted": candidate.predicted, "measured": measured})
 
 
@@ -303,6 +330,10 @@ def render_report(report: Mapping[str, Any]) -> str:
     rho = report["spearman_throughput"]
     lines.append(f"Spearman rank correlation, predicted vs measured throughput: "
                  f"{'n/a' if rho is None else rho} over {sum(1 for r in report['rows'] if 'error' not in r['measured'])} candidates")
+    if report.get("by_measurement"):
+        lines.append("ranked by measured throughput: " + ", ".join(map(str, report["by_measurement"])))
+    if report.get("verdict"):
+        lines.append(f"note: {report['verdict']}")
     if "calibration" in report:
         cal = report["calibration"]
         lines.append(f"calibration written to {cal['file']}: family_speed "

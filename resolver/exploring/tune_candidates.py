@@ -49,9 +49,11 @@ class Candidate:
     argv: list[str] = dataclasses.field(default_factory=list)
     why: str = ""
     family: str = "default"         # the decode attention backend: what a calibration factor is fitted per
+    warnings: tuple[str, ...] = ()  # what `accord resolve` warns about this launch (set once resolved)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"argv": self.argv, "args": shlex.join(self.argv), "predicted": self.predicted, "why": self.why}
+        return {"argv": self.argv, "args": shlex.join(self.argv), "predicted": self.predicted, "why": self.why,
+                "warnings": list(self.warnings)}
 
 
 class NoCandidate(AccordError):
@@ -79,6 +81,8 @@ class TuneResult:
     versus: str = ""                # why the winner beats the runner-up
     user_argv: list[str] = dataclasses.field(default_factory=list)   # the user's own flags, the head of every argv
     facts: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    distinct: int = 0               # candidates the cost model predicts to run differently (at most shown)
+    too_close: int = 0              # of them left out under --measure: predicted too close to a shown one
 
     def to_dict(self, top: int) -> dict[str, Any]:
         return {
@@ -95,7 +99,19 @@ class TuneResult:
             "workload": dataclasses.asdict(self.workload),
             "sla": dataclasses.asdict(self.sla),
             "winner_vs_runner_up": self.versus,
+            "fewer_than_asked": self.fewer_than(top),
         }
+
+    def fewer_than(self, top: int) -> str | None:
+        """Why fewer than `top` candidates are shown (None: `top` are)."""
+        if len(self.candidates) >= top:
+            return None
+        return (f"{len(self.candidates)} of the {top} asked for: the {self.legal} legal candidates the search "
+                f"predicted come to {self.distinct} that run differently (those predicted to run alike are one "
+                f"row), {self.no_fit} leave no KV room for one request"
+                + (f", {self.missed_sla} miss the SLA" if self.sla else "")
+                + (f", {self.too_close} are predicted too close to a shown one to measure apart (--measure)"
+                   if self.too_close else ""))
 
 
 # -- the tie-break ----------------------------------------------------------------------------

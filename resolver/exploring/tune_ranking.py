@@ -44,25 +44,26 @@ def rank(search: Search, pool: list[Candidate], baseline: Candidate, source: str
     # Without an SLA the Pareto frontier comes first (each marked `pareto`), then the rest.
     front = ({id(c) for c in pareto(found, lambda c: tie_break(c, baseline, prefs), level)}
              if not search.sla else set())
-    order = lambda c: (not c.predicted.get("pareto"), level(c.predicted["throughput_per_gpu"]),
-                       level(c.predicted["throughput_tok_s"]), level(c.predicted["tok_s_per_user"]),
-                       tie_break(c, baseline, prefs))
+    order = lambda c: rank_key(c, level, lambda c: tie_break(c, baseline, prefs))
     for c in found:
         c.predicted["pareto"] = id(c) in front
     found.sort(key=order)
     # Candidates predicted to run exactly alike are one row: the first by the tie-break.
     alike: set[tuple] = set()
     found = [c for c in found if not (_speed(c) in alike or alike.add(_speed(c)))]
+    distinct = len(found)
     # The shown candidates are resolved for real: their argv must resolve as is, and the
     # prediction is redone from the resolved values (the search read them from an example).
     shown = []
     seen: list[float] = []
+    too_close = 0
     for c in found:
         if len(shown) >= search.beam.get("verify", 12):
             break
         figure = c.predicted["throughput_tok_s"]
         gap = float(search.beam.get("distinct") or 0)
         if gap and any(abs(figure - other) <= gap * max(figure, other) for other in seen):
+            too_close += 1
             continue   # `--measure`: only candidates the model tells apart are worth measuring
         seen.append(figure)
         done = finish(search, c)
@@ -73,6 +74,7 @@ def rank(search: Search, pool: list[Candidate], baseline: Candidate, source: str
                         search.no_fit, missed, search.device, search.workload, search.sla)
     result.user_argv = search.argv({})
     result.facts = search.facts
+    result.distinct, result.too_close = distinct, too_close
     if not shown:
         why = (f"none of the {search.legal} legal candidates meets the SLA" if search.sla and search.legal
                else f"no legal candidate leaves KV-cache room for one request of "
@@ -84,6 +86,17 @@ def rank(search: Search, pool: list[Candidate], baseline: Candidate, source: str
     if len(shown) > 1:
         result.versus = versus(shown[0], shown[1])
     return result
+
+
+def rank_key(c: Candidate, level: Callable[[float], float], tie: Callable[[Candidate], tuple]) -> tuple:
+    """The order candidates are shown in: the Pareto frontier first (without an SLA), then
+    throughput per GPU, total throughput and tokens/s per user, each at the model's resolution
+    (`level`); between candidates the model cannot tell apart, one `accord resolve` warns about
+    below a clean one (warnings are known once a candidate is resolved for real, so for the shown
+    ones); then the tie-break."""
+    return (not c.predicted.get("pareto"), level(c.predicted["throughput_per_gpu"]),
+            level(c.predicted["throughput_tok_s"]), level(c.predicted["tok_s_per_user"]),
+            len(c.warnings), tie(c))
 
 
 def finish(search: Search, c: Candidate) -> Candidate | None:
@@ -100,7 +113,7 @@ def finish(search: Search, c: Candidate) -> Candidate | None:
         return None
     if "pareto" in c.predicted:
         predicted["pareto"] = c.predicted["pareto"]
-    done = Candidate(c.pins, predicted, c.stage, c.effective, family=c.family)
+    done = Candidate(c.pins, predicted, c.stage, c.effective, family=c.family, warnings=tuple(config.warnings))
     done.argv = search.argv(c.pins)
     return done
 

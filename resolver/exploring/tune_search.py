@@ -182,7 +182,8 @@ class Search:
         predicted = self.costs.predict(self.reader(self.config_env(baseline_config, base_user)), self.facts,
                                        self.workload, self.model_extra)
         read = self.reader(self.config_env(baseline_config, base_user))
-        baseline = Candidate(baseline_pins, predicted or {}, "baseline", self.effective(read))
+        baseline = Candidate(baseline_pins, predicted or {}, "baseline", self.effective(read),
+                             warnings=tuple(baseline_config.warnings))
         baseline.argv = self.argv(relaxed)
         if pins_key(baseline_pins) not in self.judged_keys:  # always judged, like every candidate
             self.judge(root, baseline_pins)
