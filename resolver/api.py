@@ -7,6 +7,7 @@ so they all agree on what is legal. Plans are compiled once per system and proce
 from __future__ import annotations
 
 import functools
+import re
 import weakref
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Mapping
@@ -166,6 +167,24 @@ def _by_rule(rule_id: str) -> MappingProxyType:
     return found
 
 
+_UNCHECKED = re.compile(r"\[(?P<rule>[^\]]+)\] not checked: fact (?P<fact>\S+) is unknown")
+
+
+def _unchecked_note(rule_id: str, fact: str) -> str:
+    """The warning for a rule skipped for want of a fact (`unchecked` reads it back)."""
+    return f"[{rule_id}] not checked: fact {fact} is unknown"
+
+
+def unchecked(warnings) -> dict[str, list[str]]:
+    """Fact -> the rules a resolved config's warnings say were skipped for want of it."""
+    found: dict[str, list[str]] = {}
+    for warning in warnings:
+        match = _UNCHECKED.fullmatch(warning)
+        if match:
+            found.setdefault(match["fact"], []).append(match["rule"])
+    return found
+
+
 def _unchecked_message(unknown) -> str:
     """One paragraph for `--strict` when rules went unchecked: each fact, the rules that needed
     it, and how to supply it."""
@@ -237,7 +256,7 @@ def resolve(system: str, user: Mapping[str, Any], facts: Mapping[str, Any],
     if refuse_unchecked and outcome.unknown:
         raise UncheckedError(_unchecked_message(outcome.unknown))
     for rule, missing in outcome.unknown:
-        notes.append(f"[{rule.id}] not checked: fact {missing} is unknown")
+        notes.append(_unchecked_note(rule.id, missing))
     for rule in plan.warnings_to_check(user):
         try:
             if rule.when is None or rule.when(final):

@@ -69,3 +69,15 @@ def test_a_diffusion_hub_id_without_system_is_read_as_diffusion(tmp_path):
                              "--model-path", "acme/pipeline", "--json"], capture_output=True, text=True,
                             timeout=120, env={**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub")})
     assert json.loads(result.stdout)["system"] == "diffusion", result.stderr
+
+
+def test_the_dry_run_and_matrix_say_first_that_model_rules_were_not_checked():
+    dry = _accord("resolve", "--dry-run", "--facts", "h100", "--model-path", "acme/unknown-model")
+    assert dry.returncode == 0
+    first = dry.stderr.splitlines()[0]  # before the table, on stderr so the table pipes alone
+    assert first.startswith("warning: ") and "rules were not checked" in first
+    matrix = _accord("matrix", "--facts", "h100", "--model-path", "acme/unknown-model", "--axes", "attention_backend")
+    assert matrix.returncode == 0 and matrix.stderr.startswith("warning: --model-path acme/unknown-model")
+    assert "not checked" in matrix.stderr.splitlines()[0]
+    known = _accord("resolve", "--dry-run", "--facts", "h100", "--model-path", QWEN)
+    assert "not checked" not in known.stdout + known.stderr

@@ -11,7 +11,7 @@ import dataclasses
 import json
 import sys
 
-from accord.resolver.api import ConflictError, resolve
+from accord.resolver.api import ConflictError, resolve, unchecked
 from accord.resolver.commandline.flagparse import ParsedFlags, parse_flags
 from accord.resolver.commands.options import add_fact_options
 from accord.resolver.errors import EXIT_CONFLICT
@@ -178,8 +178,19 @@ def main_dry_run(parsed, facts, opts) -> int:
         return print_conflict(err, opts.json, parsed.warnings, parsed)
     if opts.json:
         print(dry_run_json(config, choices))
-    elif opts.all or opts.only:
-        print(render(choices))
-    else:
-        print(render_short(choices, typed=parsed.user))
+        return 0
+    # Said before the table (on stderr, so the table pipes alone): every verdict in it holds only for
+    # the rules that could be checked.
+    skipped = unchecked(config.warnings)
+    if skipped:
+        from accord.resolver.explaining.layout import terminal_width, wrap_hanging
+
+        rules = sum(len(ids) for ids in skipped.values())
+        print("\n".join(wrap_hanging("warning: ", f"{rules} rules were not checked, for want of "
+                                      f"{', '.join(sorted(skipped))}: values they would exclude may be listed as "
+                                      f"legal; give the model's facts (--model-path, or --fact KEY=VALUE)",
+                                      terminal_width())), file=sys.stderr, flush=True)
+    for line in parsed.warnings:
+        print(f"warning: {line}", file=sys.stderr, flush=True)
+    print(render(choices) if opts.all or opts.only else render_short(choices, typed=parsed.user))
     return 0
