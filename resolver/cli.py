@@ -18,9 +18,11 @@ COMMANDS = {
     "flags": ("accord.resolver.commands.flags", "Browse and search the flag catalog."),
     "rules": ("accord.resolver.commands.rules", "Lint, count or export the rule set."),
     "probe": ("accord.resolver.commands.probe", "Print the facts of this machine (or of a preset)."),
+    "known-issues": ("accord.resolver.commands.known_issues", "List known SGLang issues, by release or for a launch."),
     "matrix": ("accord.resolver.commands.matrix", "Generate a CI matrix of legal configurations."),
     "launch": ("accord.resolver.commands.launch", "Resolve, then start upstream SGLang exactly as resolved."),
     "tune": ("accord.resolver.commands.tune", "Find the fastest legal launch for a model, GPUs and a workload."),
+    "upgrade": ("accord.resolver.commands.upgrade", "Rewrite a launch command for another SGLang release."),
     "serve": ("accord.resolver.commands.serve", "Resolve, then start the engine processes."),
     "completion": ("accord.resolver.commands.completion", "Print a bash or zsh completion script."),
     "ui": ("accord.resolver.configurator.server", "Serve the interactive configurator on this machine."),
@@ -30,7 +32,7 @@ COMMANDS = {
 # garbage collector: reference counting still frees almost everything, and what the collector would
 # do is walk the tens of thousands of long-lived objects of the catalog and the rules again and again
 # (a sixth of a cold `accord resolve`). Servers (serve, ui) and the matrix generator keep it.
-SHORT_LIVED = frozenset({"resolve", "why", "flags", "rules", "probe", "completion"})
+SHORT_LIVED = frozenset({"resolve", "why", "flags", "rules", "probe", "completion", "upgrade"})
 
 USAGE = "usage: accord {" + ",".join(COMMANDS) + "} [options]\n\n" + "\n".join(
     f"  {name:<11} {text}" for name, (_, text) in COMMANDS.items()

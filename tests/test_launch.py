@@ -102,18 +102,38 @@ def test_an_old_switch_is_written_as_upstreams_replacement(typed, written):
     assert typed[0] not in words and not data["warnings"]
 
 
+def _emitted(*argv: str):
+    """The upstream launch the emitter writes for a command, resolved through the API (a typed
+    word upstream's parser refuses is refused earlier by `accord launch`; see below)."""
+    from accord.resolver.api import resolve
+    from accord.resolver.commandline.emit import emit
+    from accord.resolver.commandline.flagparse import parse_flags
+    from accord.resolver.facts.machine import load_facts
+
+    _, parsed = parse_flags(list(argv))
+    facts = load_facts("h100", (), model_path=parsed.user.get("model_path"), system=parsed.system)
+    return emit(resolve(parsed.system, parsed.user, facts, parsed.sources, warnings=parsed.warnings))
+
+
 def test_a_value_no_upstream_option_carries_is_named_in_a_warning():
-    argv = ["--facts", "h100", "--model-path", QWEN, "--speculative-skip-dp-mlp-sync"]
-    data = dry_json(*argv)
-    assert any(w.startswith("--speculative-skip-dp-mlp-sync=true") for w in data["warnings"])
-    done = accord("launch", "--dry-run", *argv)
-    assert done.returncode == 0 and "--speculative-skip-dp-mlp-sync=true" in done.stderr
+    launch = _emitted("--model-path", QWEN, "--speculative-skip-dp-mlp-sync")
+    assert any(w.startswith("--speculative-skip-dp-mlp-sync=true") for w in launch.warnings)
 
 
 def test_a_value_outside_upstreams_choices_is_named_not_written():
-    data = dry_json("--facts", "h100", "--tp", "2", "--cuda-graph-backend-prefill", "tc_piecewise")
-    assert "--cuda-graph-backend-prefill" not in data["command"]
-    assert any(w.startswith("--cuda-graph-backend-prefill=tc_piecewise (from user)") for w in data["warnings"])
+    launch = _emitted("--tp", "2", "--cuda-graph-backend-prefill", "tc_piecewise")
+    assert "--cuda-graph-backend-prefill" not in launch.command
+    assert any(w.startswith("--cuda-graph-backend-prefill=tc_piecewise (from user)") for w in launch.warnings)
+
+
+@pytest.mark.parametrize("typed", [["--speculative-skip-dp-mlp-sync"], ["--cuda-graph-backend-prefill", "tc_piecewise"]],
+                         ids=["option", "value"])
+def test_a_typed_word_upstreams_own_parser_refuses_is_refused_before_launch(typed):
+    """Seed words SGLang 0.5.23's parser refuses: `accord launch` says so (exit 2) instead of
+    starting a server that would refuse them."""
+    done = accord("launch", "--dry-run", "--facts", "h100", "--model-path", QWEN, *typed)
+    assert done.returncode == 2
+    assert "SGLang 0.5.23" in done.stderr and typed[-1] in done.stderr
 
 
 def test_dry_run_text_is_the_shell_line_of_the_json_command():

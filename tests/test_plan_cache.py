@@ -98,7 +98,7 @@ def _cli(args: list[str], cache_dir: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("args", [
     ["resolve", "--facts", "h100", "--json", *TYPICAL],
-    ["resolve", "--facts", "b200", "--json", "--tp", "16", "--attention-backend", "fa3", "--kv-cache-dtype", "fp4_e2m1"],
+    ["resolve", "--facts", "b200", "--json", "--tp", "16", "--attention-backend", "fa3", "--kv-cache-dtype", "fp8_e5m2"],
 ], ids=["resolved", "conflict"])
 def test_cli_output_bytes_are_the_same_with_and_without_the_cache(tmp_path, args):
     without = _cli(args, "")

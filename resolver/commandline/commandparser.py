@@ -178,6 +178,14 @@ def command_parser(system: str, add_options: AddOptions | None, prog: str,
     return parser, catalog
 
 
+def own_options(system: str, add_options: AddOptions | None, prog: str) -> dict[str, int | str]:
+    """The option strings of a command itself (`--facts`, `--json`, ...), not of the launch it reads,
+    each with how many words it takes (argparse's nargs: 0 for a switch, 1 for None)."""
+    parser, _ = command_parser(system, add_options, prog, frozenset())
+    return {option: 1 if action.nargs is None else action.nargs
+            for option, action in parser._option_string_actions.items()}
+
+
 def flags_named(argv: list[str], catalog: Catalog) -> frozenset[str]:
     """The catalog flags spelled in argv (a word's part before `=`); none when help is asked for:
     `--help` lists the flags from the catalog by group, so the options it shows are the command's

@@ -30,6 +30,7 @@ import json
 import shlex
 from typing import Any, Iterable, Mapping, Sequence
 
+from accord.resolver.commandline.release_target import for_release
 from accord.resolver.errors import UsageError
 from accord.resolver.frozen import ResolvedConfig, thaw
 from accord.resolver.language.catalog import RULES_DIR, load_catalog
@@ -85,6 +86,7 @@ class Launch:
     values: Mapping[str, Any]
     warnings: tuple[str, ...]
     left_to_upstream: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    release: str | None = None  # the older SGLang release whose words the options are in (None: the rules' own)
 
     @property
     def args(self) -> list[str]:
@@ -95,8 +97,11 @@ class Launch:
         return [*self.launcher, *self.args]
 
     def to_dict(self) -> dict:
-        return {"command": self.command, "env": dict(self.env), "values": thaw(dict(self.values)),
-                "warnings": list(self.warnings), "left_to_upstream": thaw(dict(self.left_to_upstream))}
+        out = {"command": self.command, "env": dict(self.env), "values": thaw(dict(self.values)),
+               "warnings": list(self.warnings), "left_to_upstream": thaw(dict(self.left_to_upstream))}
+        if self.release is not None:
+            out["sglang_release"] = self.release
+        return out
 
     def shell(self) -> str:
         """The command as one shell line, environment assignments first."""
@@ -285,8 +290,9 @@ def emit(config: ResolvedConfig, launcher: Sequence[str] | None = None) -> Launc
                                   .get("source", "default"), f"it is carried by {', '.join(entry['by'])}, "
                                   f"which do not say the same", spec.upstream))
     env_out = {item["name"]: str(item["value"]) for item in spec.env if _eval(item["when"], env)}
+    options, older, release = for_release(options, config.system, config.facts, Option)
     return Launch(config.system, tuple(launcher) if launcher else spec.launcher, tuple(options),
-                  env_out, config.values, tuple(warnings), left)
+                  env_out, config.values, (*warnings, *older), left, release)
 
 
 def _option(name: str, entry: Mapping[str, Any], value: Any, upstream_default: Any) -> tuple[Option | None, str | None]:

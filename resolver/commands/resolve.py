@@ -12,7 +12,9 @@ import json
 import sys
 
 from accord.resolver.api import ConflictError, resolve, unchecked
-from accord.resolver.commandline.flagparse import ParsedFlags, parse_flags
+from accord.resolver.commandline.commandparser import own_options
+from accord.resolver.commandline.flagparse import ParsedFlags, detect_system, parse_flags
+from accord.resolver.commandline.release_target import read_older_words, refuse_unparsed, release_note
 from accord.resolver.commands.options import add_fact_options
 from accord.resolver.errors import EXIT_CONFLICT
 from accord.resolver.facts.machine import load_facts, saved_facts, with_overrides
@@ -42,7 +44,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 def resolve_command(argv: list[str], prog: str, options=None) -> tuple[argparse.Namespace, ParsedFlags, dict]:
     """Parse a launch command and load its facts (shared by resolve, why, serve and launch);
     `options` adds the command's own options (default: resolve's)."""
+    system = detect_system(argv)
+    own = own_options(system, options or add_options, prog)
+    typed = list(argv)  # as typed, in the target release's words: what refuse_unparsed checks
+    argv, older_words = read_older_words(argv, system, own)
     opts, parsed = parse_flags(argv, add_options=options or add_options, prog=prog)
+    parsed = dataclasses.replace(parsed, warnings=(*parsed.warnings, *older_words))
     model_path, revision = parsed.user.get("model_path"), parsed.user.get("revision")
     saved = saved_facts(getattr(opts, "config", None))
     facts_typed = any(word == "--facts" or word.startswith("--facts=") for word in argv)
@@ -55,7 +62,8 @@ def resolve_command(argv: list[str], prog: str, options=None) -> tuple[argparse.
         note = model_note(model_path, parsed.system, revision)
         if saved is not None:
             note = "; ".join(filter(None, [note, f"--facts {opts.facts} replaces the facts saved in {opts.config}"]))
-    return opts, noted(parsed, note), facts
+    refuse_unparsed(typed, own, parsed.system, facts)
+    return opts, noted(noted(parsed, note), release_note(parsed.system, facts)), facts
 
 
 def noted(parsed: ParsedFlags, note: str | None) -> ParsedFlags:

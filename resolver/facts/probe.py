@@ -32,6 +32,13 @@ def known_packages() -> dict[str, list[str]]:
     return dict(documents[0]["packages"]) if documents else {}
 
 
+def engine_package() -> str:
+    """The import name of the serving engine the launch commands are for (rules/packages.yaml
+    `engine`): `packages.<it>` is the release a command targets."""
+    (documents,) = read_yaml_files([PACKAGES_FILE])
+    return str(documents[0]["engine"])
+
+
 # An accelerator is reachable only through one of these device nodes (or Metal on macOS). Without
 # any of them torch cannot see a GPU, so probe answers without paying seconds to import it.
 _DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia[0-9]*", "/dev/kfd", "/dev/davinci[0-9]*",
