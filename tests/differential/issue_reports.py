@@ -5,7 +5,8 @@ hangs or produces garbage on the GPU passes both. The reports in
 tests/differential/fixtures/issue_reports_llm.yaml are real launch commands with what happened; a
 failure counts as caught when Accord refuses the command, or warns, naming the rule the entry
 expects (the right cause). Each report runs with the SGLang release the reporter ran
-(`packages.sglang`), so a known-bad rule speaks only for the versions it covers.
+(`packages.sglang`), so a known issue (rules/llm/known_issues.yaml) speaks only for the releases
+in its range.
 
 usage: python -m tests.differential.issue_reports     # prints one line per report and the figure
 """
