@@ -1,7 +1,8 @@
 """`accord tune` search speed: candidates judged by the solver and predicted, and the wall time.
 
-Target (issue 26): a search judging at least 1,000 legal candidates within 10 s on the 2-core
-development machine. Printed, never asserted.
+Target (issue 37): tune for Llama-3.1-70B on 8 x H100 (the first case) within 1 s on the 2-core
+development machine (issue 26 asked for 1,000 legal candidates within 10 s; values the cost model
+predicts alike are now combined once). Printed, never asserted.
 
     PYTHONPATH=$PWD python benchmarks/bench_tune.py [--facts h100] [--repeat 3]
 """
@@ -36,8 +37,9 @@ def main() -> None:
             result = tune("llm", {"model_path": path}, facts, Workload(1024, 256, concurrency=users))
             times.append(time.perf_counter() - start)
         top = result.candidates[0]
+        target = " (target <= 1 s)" if name == CASES[0][0] else ""
         print(f"{name} on {args.facts}: judged {result.judged}, legal {result.legal}; wall "
-              f"first {times[0]:.2f} s, median {statistics.median(times):.2f} s; "
+              f"first {times[0]:.2f} s, median {statistics.median(times):.2f} s{target}; "
               f"#1 {top.predicted['throughput_tok_s']:.0f} tok/s vs baseline "
               f"{result.baseline.predicted.get('throughput_tok_s', 0):.0f}")
 

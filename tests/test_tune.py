@@ -67,7 +67,9 @@ def test_every_shown_candidate_resolves_as_is(llama70b_h100, capsys):
 
 def test_the_search_judges_many_and_counts_exclusions_by_rule_family(llama70b_h100):
     _, result = llama70b_h100
-    assert result.legal >= 1000
+    # Values the cost model cannot tell apart are combined once (issue 37: tune within 1 s), so the
+    # count is no longer in the thousands; every layout and every distinct value is still judged.
+    assert result.legal >= 50
     assert 0 < result.excluded < result.judged
     assert result.excluded <= sum(result.pruned.values())   # each exclusion names at least one family
     assert all(family.endswith(".") or family == "(joint)" for family in result.pruned)

@@ -19,7 +19,7 @@ from accord.resolver.api import ConflictError
 from accord.resolver.commandline.flagparse import parse_flags
 from accord.resolver.commands import resolve as resolve_cmd
 from accord.resolver.commands.options import add_fact_options
-from accord.resolver.errors import UsageError
+from accord.resolver.errors import AccordError, UsageError
 from accord.resolver.exploring.costmodel import CostModel, Workload, load_costs
 from accord.resolver.exploring.tune import tune
 from accord.resolver.exploring.tune_candidates import SLA, TuneResult
@@ -40,7 +40,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     load = parser.add_mutually_exclusive_group()
     load.add_argument("--concurrency", type=_positive_int, metavar="N",
                       help="users, each sending its next request when the last one ends")
-    load.add_argument("--request-rate", type=_positive_float, metavar="R", help="requests per second (open loop)")
+    load.add_argument("--request-rate", type=_positive_float, metavar="R",
+                      help="requests per second, Poisson arrivals (open loop)")
+    load.add_argument("--burst", type=_positive_int, metavar="N",
+                      help="N requests all sent at once; throughput averaged until the last one ends")
     parser.add_argument("--max-ttft-ms", type=_positive_float, metavar="X", help="SLA: time to first token")
     parser.add_argument("--max-tpot-ms", type=_positive_float, metavar="Y", help="SLA: time per output token")
     parser.add_argument("--top", type=_positive_int, default=5, metavar="N", help="candidates to show (default 5)")
@@ -77,12 +80,26 @@ def workload_of(opts: argparse.Namespace) -> Workload:
         raise UsageError(f"--workload {opts.workload!r} is not a named workload; use one of {', '.join(named)} "
                          "or give --input-len, --output-len and --concurrency.")
     base = named[opts.workload]
+    open_or_burst = opts.request_rate is not None or opts.burst is not None
     return Workload(input_len=opts.input_len or base["input_len"], output_len=opts.output_len or base["output_len"],
-                    concurrency=None if opts.request_rate else (opts.concurrency or base["concurrency"]),
-                    request_rate=opts.request_rate)
+                    concurrency=None if open_or_burst else (opts.concurrency or base["concurrency"]),
+                    request_rate=opts.request_rate, burst=opts.burst)
 
 
 def main(argv: list[str]) -> int:
+    """Run `accord tune`; under `--json` every outcome is one JSON object on stdout, an error too
+    (`{"error": message, "exit_code": N}`, the message also on stderr)."""
+    if "--json" not in argv:
+        return _tune(argv)
+    try:
+        return _tune(argv)
+    except AccordError as err:
+        print(f"accord tune: {err}", file=sys.stderr)
+        print(json.dumps({"error": str(err), "exit_code": err.exit_code}, indent=2, sort_keys=True))
+        return err.exit_code
+
+
+def _tune(argv: list[str]) -> int:
     opts, parsed = parse_flags(argv, add_options=add_options, prog="accord tune")
     if parsed.system != "llm":
         raise UsageError("accord tune tunes LLM launches only (the diffusion system has no cost model yet).")

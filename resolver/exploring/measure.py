@@ -121,7 +121,8 @@ def one_request(port: int, prompt: list[int], output_len: int, timeout: float = 
 
 
 def load(port: int, workload: Workload, seconds: float, vocab: int, seed: int = 0) -> dict[str, Any]:
-    """Closed-loop users (or an open-loop rate) for `seconds`; throughput and mean TTFT / TPOT."""
+    """Closed-loop users (or an open-loop rate) for `seconds`, or a burst (every request at once,
+    timed until the last one ends); throughput and mean TTFT / TPOT."""
     rng = random.Random(seed)
     top = max(2, min(vocab, 250))
     done: list[tuple[float, float, int]] = []
@@ -133,16 +134,29 @@ def load(port: int, workload: Workload, seconds: float, vocab: int, seed: int = 
         with lock:
             return [rng.randrange(1, top) for _ in range(workload.input_len)]
 
-    def user() -> None:
-        while time.monotonic() < deadline:
-            try:
-                result = one_request(port, prompt(), workload.output_len, timeout=seconds + 60)
-            except Exception as err:  # counted and reported; the run goes on
-                with lock:
-                    errors.append(str(err)[:200])
-                return
+    def send(timeout: float) -> bool:
+        """One request, its result or error recorded; False when it failed (the run goes on)."""
+        try:
+            result = one_request(port, prompt(), workload.output_len, timeout=timeout)
+        except Exception as err:  # counted and reported
             with lock:
-                done.append(result)
+                errors.append(str(err)[:200])
+            return False
+        with lock:
+            done.append(result)
+        return True
+
+    def user() -> None:
+        while time.monotonic() < deadline and send(seconds + 60):
+            pass
+
+    def at_once() -> None:
+        threads = [threading.Thread(target=send, args=(seconds + 600,), daemon=True)
+                   for _ in range(workload.burst or 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
 
     def paced() -> None:
         gap = 1.0 / workload.request_rate
@@ -164,7 +178,9 @@ def load(port: int, workload: Workload, seconds: float, vocab: int, seed: int = 
         raise RuntimeError(f"no answer to a warm-up request within {WARMUP_TIMEOUT_S} s ({err})") from None
     start = time.monotonic()
     deadline = start + seconds
-    if workload.request_rate is not None:
+    if workload.burst is not None:
+        at_once()
+    elif workload.request_rate is not None:
         paced()
     else:
         users = [threading.Thread(target=user, daemon=True) for _ in range(workload.concurrency or 1)]

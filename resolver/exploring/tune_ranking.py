@@ -14,6 +14,7 @@ import math
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from accord.resolver.api import ConflictError, resolve
+from accord.resolver.errors import UsageError
 from accord.resolver.explaining.report import describe_value
 from accord.resolver.exploring.tune_candidates import Candidate, NoCandidate, TuneResult, tie_break, without_unset
 from accord.resolver.solving.solve import Env
@@ -69,6 +70,11 @@ def rank(search: Search, pool: list[Candidate], baseline: Candidate, source: str
         done = finish(search, c)
         if done is not None:
             shown.append(done)
+    # The shown ones were predicted again from their own resolve: the frontier is redrawn on those.
+    if not search.sla:
+        front = {id(c) for c in pareto(shown, lambda c: tie_break(c, baseline, prefs), level)}
+        for c in shown:
+            c.predicted["pareto"] = id(c) in front
     shown.sort(key=order)
     result = TuneResult(baseline, source, shown, search.judged, search.excluded, search.legal, search.pruned,
                         search.no_fit, missed, search.device, search.workload, search.sla)
@@ -101,11 +107,13 @@ def rank_key(c: Candidate, level: Callable[[float], float], tie: Callable[[Candi
 
 def finish(search: Search, c: Candidate) -> Candidate | None:
     """Resolve a candidate's full command (as `accord resolve` will) and predict from it
-    (None: it does not resolve after all, or leaves no KV room)."""
+    (None: it does not resolve after all, the target release's parser refuses its words, or it
+    leaves no KV room)."""
     user = {**search.user, **without_unset(c.pins)}
     try:
         config = resolve(search.system, user, search.facts)
-    except ConflictError:
+        _parsed_by_release(search, search.argv(c.pins))
+    except (ConflictError, UsageError):
         return None
     predicted = search.costs.predict(search.reader(search.config_env(config, user)), search.facts,
                                      search.workload, search.model_extra)
@@ -116,6 +124,14 @@ def finish(search: Search, c: Candidate) -> Candidate | None:
     done = Candidate(c.pins, predicted, c.stage, c.effective, family=c.family, warnings=tuple(config.warnings))
     done.argv = search.argv(c.pins)
     return done
+
+
+def _parsed_by_release(search: Search, argv: list[str]) -> None:
+    """Raise UsageError when the SGLang release the command is for would refuse `argv` (a value
+    the catalog still lists that the release removed), as `accord resolve` does."""
+    from accord.resolver.commandline.release_target import refuse_unparsed
+
+    refuse_unparsed(argv, {}, search.system, search.facts)
 
 
 def pareto(found: list[Candidate], tie: Callable[[Candidate], tuple] = lambda c: (),

@@ -26,6 +26,7 @@ from accord.resolver.exploring.tune_ranking import rank
 from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.solving.pinning import Pinning
+from accord.resolver.solving.preference import slowness
 from accord.resolver.solving.solve import Env, Plan
 
 MODEL_FLAG = "model_path"
@@ -58,6 +59,7 @@ class Search:
         self.no_fit = 0
         self.pruned: dict[str, int] = {}
         self.judged_keys: set[tuple] = set()
+        self.combine_all: set[str] = set()   # axes whose every legal value meets the others' (`combine: all`)
 
     # -- axes ---------------------------------------------------------------------------------
     def axes(self, stage: str, baseline: Mapping[str, Any]) -> dict[str, list[Any]]:
@@ -74,6 +76,8 @@ class Search:
                     or (entry.get("quantization_only") and not self.allow_quantization):
                 continue
             values = entry["values"]
+            if entry.get("combine") == "all":
+                self.combine_all.add(name)
             if values == "candidates":
                 values = candidate_values(self.plan, name, [self.facts])
             elif values == "choices":
@@ -147,34 +151,22 @@ class Search:
         root = Pinning(self.plan, self.user, self.facts, baseline_config)
 
         pool: list[Candidate] = []
-        layouts: list[tuple[Candidate, ResolvedConfig]] = []
         base_layout = {n: base_values[n] for n in layout_axes}
         base_layout.update({n: v for n, v in relaxed.items() if n not in layout_axes})
-        for combo in _product(layout_axes):
-            if not self.judge(root, combo):
-                continue
-            try:
-                config = resolve(self.system, {**self.user, **combo}, self.facts)
-            except ConflictError:
-                continue
-            found = self.predict(self.config_env(config, {**self.user, **combo}), combo, "layout")
-            if found is not None:
-                layouts.append((found, config))
-                pool.append(found)
-        if not any(_same(c.pins, base_layout) for c, _ in layouts):
-            config = resolve(self.system, {**self.user, **base_layout}, self.facts)
-            found = self.predict(self.config_env(config, {**self.user, **base_layout}), base_layout, "layout")
-            if found is not None:
-                layouts.append((found, config))
+        layouts = self.layouts(root, layout_axes, base_layout, pool)
 
-        # Later stages: each expands the best of the one before (and the baseline's values).
-        parents = [(c, Pinning(self.plan, {**self.user, **c.pins}, self.facts, config)) for c, config in layouts]
+        # Later stages: each expands the best of the one before (and the baseline's values); the
+        # layouts chosen are resolved for real first (a Pinning needs the resolved configuration).
         must = dict(base_layout)
+        chosen = {id(c) for c in self.best(layouts, self.beam["layout"], must=must)}
+        parents = [(c, self.pinning(c.pins)) for c in layouts if id(c) in chosen]
+        parents = [(c, p) for c, p in parents if p is not None]
         previous = "layout"
         for stage in self.stages[1:]:
             axes = stage_axes[stage]
-            chosen = {id(c) for c in self.best([c for c, _ in parents], self.beam[previous], must=must)}
-            parents = [(c, p) for c, p in parents if id(c) in chosen]
+            if previous != "layout":
+                chosen = {id(c) for c in self.best([c for c, _ in parents], self.beam[previous], must=must)}
+                parents = [(c, p) for c, p in parents if id(c) in chosen]
             parents = self.expand(parents, axes, stage, pool) + parents
             must.update({n: base_values[n] for n in axes})
             previous = stage
@@ -189,10 +181,38 @@ class Search:
             self.judge(root, baseline_pins)
         return rank(self, pool, baseline, source)
 
+    def layouts(self, root: Pinning, axes: Mapping[str, list[Any]], base_layout: Mapping[str, Any],
+                pool: list[Candidate]) -> list[Candidate]:
+        """Every legal combination of the parallel sizes, predicted from the baseline's resolve with
+        the sizes pinned (the baseline's own layout always among them)."""
+        found: list[Candidate] = []
+        for combo in _product(axes):
+            if not self.judge(root, combo):
+                continue
+            candidate = self.predict(root.environment(without_unset(combo)), combo, "layout")
+            if candidate is not None:
+                found.append(candidate)
+                pool.append(candidate)
+        if not any(_same(c.pins, base_layout) for c in found):
+            config = resolve(self.system, {**self.user, **base_layout}, self.facts)
+            candidate = self.predict(self.config_env(config, {**self.user, **base_layout}), dict(base_layout), "layout")
+            if candidate is not None:
+                found.append(candidate)
+        return found
+
+    def pinning(self, pins: Mapping[str, Any]) -> Pinning | None:
+        """The Pinning of the command with `pins` typed, from its own resolve (None: it conflicts)."""
+        user = {**self.user, **without_unset(pins)}
+        try:
+            return Pinning(self.plan, user, self.facts, resolve(self.system, user, self.facts))
+        except ConflictError:
+            return None
+
     def expand(self, parents: list[tuple[Candidate, Pinning]], axes: Mapping[str, list[Any]], stage: str,
                pool: list[Candidate]) -> list[tuple[Candidate, Pinning]]:
         """Each parent with every legal combination of the stage's values: each value is judged on
-        its own first, then every combination of the values legal on their own."""
+        its own first, values the cost model predicts alike on their own are tried once (the first:
+        the parent's own, then the axis's order), then every combination of the rest is judged."""
         found: list[tuple[Candidate, Pinning]] = []
         if not axes:
             return found
@@ -206,16 +226,43 @@ class Search:
             for name, values in axes.items():
                 current = describe_value(env.flag(name))
                 tried = list({describe_value(v): (None if describe_value(v) == current else v) for v in values}.values())
-                singles[name] = [v for v in tried if v is None or self.judge(pinning, {**extra, name: v}, fixed)]
+                legal = [v for v in tried if v is None or self.judge(pinning, {**extra, name: v}, fixed)]
+                singles[name] = (legal if name in self.combine_all
+                                 else self.distinct(pinning, extra, name, legal, parent.predicted))
             for combo in _product(singles):
                 pins = {**extra, **combo}
-                if len(combo) > 1 and not self.judge(pinning, pins, fixed):
+                if sum(v is not None for v in combo.values()) > 1 and not self.judge(pinning, pins, fixed):
                     continue
                 candidate = self.predict(pinning.environment(without_unset(pins)), {**parent.pins, **combo}, stage)
                 if candidate is not None:
                     found.append((candidate, pinning))
                     pool.append(candidate)
         return found
+
+    def distinct(self, pinning: Pinning, extra: Mapping[str, Any], name: str, values: list[Any],
+                 own: Mapping[str, Any]) -> list[Any]:
+        """The values of one axis worth combining with the other axes' values: of values the cost
+        model predicts alike on their own, the first (None, the parent's own value, first, then the
+        order the final tie-break uses: the preference ranking, then the alphabetically first); and
+        no value another one beats on its own in throughput per GPU, tokens/s per user and TTFT
+        alike. A value leaving no KV room is dropped."""
+        env = pinning.environment(without_unset(extra))
+        values = sorted(values, key=lambda v: (v is not None, 0 if v is None else slowness(self.plan, [(name, v)], env),
+                                               describe_value(v)))
+        found: list[tuple[Any, Mapping[str, Any]]] = []
+        seen: set[tuple] = set()
+        for value in values:
+            if value is None:
+                predicted: Mapping[str, Any] | None = own
+            else:
+                read = self.reader(pinning.environment(without_unset({**extra, name: value})))
+                predicted = self.costs.predict(read, self.facts, self.workload, self.model_extra)
+            key = _alike(predicted) if predicted else None
+            if key is None or key in seen:
+                continue
+            seen.add(key)
+            found.append((value, predicted))
+        return [v for v, p in found if v is None or not any(_beats(q, p) for _, q in found)]
 
     def baseline_config(self) -> tuple[ResolvedConfig, str]:
         """What `accord resolve` picks for the user's command; with `--relax` when it conflicts."""
@@ -263,6 +310,20 @@ def _product(axes: Mapping[str, list[Any]]) -> Iterable[dict[str, Any]]:
     names = list(axes)
     for values in itertools.product(*(axes[n] for n in names)):
         yield dict(zip(names, values))
+
+
+def _alike(predicted: Mapping[str, Any]) -> tuple:
+    """What the cost model predicts a candidate to run like (equal: the model cannot tell them apart)."""
+    return tuple(predicted.get(k) for k in ("throughput_tok_s", "ttft_ms", "tpot_ms", "gpus", "kv_capacity_tokens"))
+
+
+def _beats(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """`a` is predicted at least as good as `b` in throughput per GPU, tokens/s per user and TTFT,
+    and better in one of them."""
+    ttft = lambda p: float("inf") if p.get("ttft_ms") is None else p["ttft_ms"]
+    at_least = (a["throughput_per_gpu"] >= b["throughput_per_gpu"] and a["tok_s_per_user"] >= b["tok_s_per_user"]
+                and ttft(a) <= ttft(b))
+    return at_least and _alike(a) != _alike(b)
 
 
 def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
