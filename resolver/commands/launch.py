@@ -5,7 +5,11 @@ parsing and resolution hold Accord's values (explicit options where upstream wou
 or from facts it probes, current spellings only, the environment variables upstream reads). A value
 no upstream option can carry is named in a warning, never dropped silently.
 
-Exit codes: 0 started (the process becomes the launcher; with --dry-run or --emit-config, printed or
+Over several machines (`--nnodes N`): a node's rank is typed with --node-rank or read from the
+scheduler's variable (resolver/deploy/nodes.py), `--dry-run --json` adds every node's command, and
+`--emit commands|k8s|slurm` prints the whole deployment (resolver/deploy/) and starts nothing.
+
+Exit codes: 0 started (the process becomes the launcher; with --dry-run, --emit or --emit-config, printed or
 written), 2 bad usage, 3 no legal configuration (the usual conflict report), 127 launcher not found
 (an executable missing from PATH, or a `python -m` launcher whose interpreter lacks the package).
 """
@@ -40,10 +44,36 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--emit-config", metavar="FILE",
                         help="write the options as an upstream --config YAML file (whole or not at "
                              "all) and print the command that uses it, instead of starting it")
+    add_deploy_options(parser)
+
+
+def add_deploy_options(parser: argparse.ArgumentParser) -> None:
+    """Options of deployments over several machines (resolver/deploy/)."""
+    parser.add_argument("--emit", choices=EMIT_KINDS, metavar="{" + ",".join(EMIT_KINDS) + "}",
+                        help="print the deployment and start nothing: `commands` (one shell line per "
+                             "node), `k8s` (a LeaderWorkerSet and its leader's Service), `slurm` (an "
+                             "sbatch script)")
+    parser.add_argument("--name", metavar="NAME",
+                        help="with --emit k8s|slurm: the deployment's name (a DNS label; default "
+                             "<engine>-<model>, rules/deploy/<system>.yaml)")
+    parser.add_argument("--image", metavar="IMAGE",
+                        help="with --emit k8s: the container image (default: upstream's image of the "
+                             "release, rules/deploy/<system>.yaml)")
+    parser.add_argument("--prefill", metavar="FLAGS",
+                        help="with --emit commands: the prefill server's own flags (one shell string) "
+                             "over the common ones; with --decode, one disaggregated deployment and its router")
+    parser.add_argument("--decode", metavar="FLAGS",
+                        help="with --emit commands: the decode server's own flags (see --prefill)")
 
 
 def main(argv: list[str]) -> int:
     opts, parsed, facts = resolve_command(argv, "accord launch", add_options)
+    if opts.emit is not None:
+        return emit_deployment(opts, parsed, facts)
+    if opts.prefill is not None or opts.decode is not None:
+        raise UsageError("--prefill and --decode describe a disaggregated deployment, which is printed, "
+                         "not started: add --emit commands (each server is then started on its machines).")
+    parsed = node_rank_from_environment(parsed)
     if opts.json and not opts.dry_run:
         raise UsageError("--json goes with --dry-run (a started server prints its own output); "
                          "add --dry-run, or drop --json.")
@@ -60,6 +90,14 @@ def main(argv: list[str]) -> int:
         data["resolve_warnings"] = list(config.warnings)
         if parsed.user.get("model_path") is not None:
             data["model_source"] = model_source_json(parsed)
+        try:
+            nodes = every_node(parsed, facts, launcher, config)
+        except ConflictError as err:
+            return print_conflict(err, opts.json, parsed=parsed)
+        if nodes is not None:
+            data["nodes"] = nodes
+            # this node's command is its entry's (which names its rank even where it is the default 0)
+            data["command"] = nodes[int(config.values.get(_deploy_spec(parsed.system).name("rank")) or 0)]["command"]
         print(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
         return 0
     for line in (*config.warnings, *launch.warnings):
@@ -71,6 +109,80 @@ def main(argv: list[str]) -> int:
         print(launch.shell())
         return 0
     return exec_launch(launch)
+
+
+EMIT_KINDS = ("commands", "k8s", "slurm")
+
+
+def _deploy_spec(system: str):
+    """The system's deployment description (rules/deploy/), or None for a system without one."""
+    from accord.resolver.deploy.spec import DEPLOY_DIR, load_deploy_spec
+    return load_deploy_spec(system) if (DEPLOY_DIR / f"{system}.yaml").is_file() else None
+
+
+def node_rank_from_environment(parsed):
+    """For a launch over several nodes: the rank from Slurm's or LeaderWorkerSet's variable when none
+    was typed (a typed rank that one contradicts is an error; resolver/deploy/nodes.py)."""
+    spec = _deploy_spec(parsed.system)
+    if spec is None:
+        return parsed
+    from accord.resolver.deploy.nodes import environment_rank
+    return environment_rank(spec, parsed, os.environ)
+
+
+def every_node(parsed, facts, launcher, config) -> list[dict] | None:
+    """`nodes` of --dry-run --json: every node's command and environment, for a launch over several
+    nodes (None for one node)."""
+    spec = _deploy_spec(parsed.system)
+    if spec is None or int(config.values.get(spec.name("nodes")) or 1) <= 1:
+        return None
+    from accord.resolver.deploy.nodes import node_launches, nodes_json
+    nodes = node_launches(spec, parsed.system, parsed.user, facts, parsed.sources, parsed.warnings, launcher)
+    return nodes_json(spec, nodes)
+
+
+def emit_deployment(opts: argparse.Namespace, parsed, facts) -> int:
+    """`--emit commands|k8s|slurm`: resolve every node and print the deployment; start nothing."""
+    if opts.json or opts.emit_config:
+        raise UsageError("--emit prints a deployment file of its own; drop "
+                         f"{'--json' if opts.json else '--emit-config'} (or drop --emit for the one-node "
+                         f"launch's JSON or --config file).")
+    if opts.image and opts.emit != "k8s":
+        raise UsageError(f"--image names the container image of --emit k8s; --emit {opts.emit} runs the "
+                         f"launcher installed on the nodes. Drop --image, or give --launcher.")
+    from accord.resolver.deploy import k8s, plan, shell, slurm
+    launcher = check_launcher(shlex.split(opts.launcher)) if opts.launcher is not None else None
+    if opts.prefill is not None or opts.decode is not None:
+        return emit_disaggregated(opts, parsed, facts, launcher)
+    try:
+        deployment = plan.prepare(parsed, facts, launcher, opts.name, for_scheduler=opts.emit != "commands")
+    except ConflictError as err:
+        return print_conflict(err, False, parsed=parsed)
+    if opts.emit == "k8s":
+        text = k8s.render(deployment, opts.image)
+    elif opts.emit == "slurm":
+        text = slurm.render(deployment)
+    else:
+        text = shell.render(deployment)
+    sys.stdout.write(text)
+    return 0
+
+
+def emit_disaggregated(opts: argparse.Namespace, parsed, facts, launcher) -> int:
+    """`--emit commands --prefill FLAGS --decode FLAGS`: both servers resolved and checked together
+    (resolver/deploy/disagg.py), then their commands and the router's."""
+    if opts.emit != "commands":
+        raise UsageError(f"--emit {opts.emit} of a disaggregated deployment is not written yet; --emit "
+                         f"commands prints each server's node commands and the router's, or emit each "
+                         f"role on its own with --emit {opts.emit} and its flags.")
+    from accord.resolver.deploy import disagg
+    texts = {role: text for role, text in (("prefill", opts.prefill), ("decode", opts.decode)) if text is not None}
+    try:
+        deployment = disagg.prepare_pd(parsed, facts, texts, launcher, opts.name)
+    except ConflictError as err:
+        return print_conflict(err, False, parsed=parsed)
+    sys.stdout.write(disagg.render_commands(deployment))
+    return 0
 
 
 def config_file(launch: Launch, path: str) -> str:

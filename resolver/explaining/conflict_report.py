@@ -21,6 +21,10 @@ and `--json` can never tell different stories.
       fix       --dist-init-addr HOST:PORT; --nnodes 2  (what upstream does)
       fill in   HOST:PORT in --dist-init-addr: ...
       command   --tp-size 16 --dist-init-addr HOST:PORT --nnodes 2
+
+A fix whose hint carries a `note` (a slower way out, say) shows it beside the fix:
+
+      fix       --tp-size 8; --cpu-offload-gb 14  (the rule's own fix; slower: weights stream ...)
 """
 
 from __future__ import annotations
@@ -91,7 +95,8 @@ def changes(user: Mapping[str, Any], fix: Fix, rule: str | None) -> list[dict]:
 def _fix_entry(catalog: Catalog, user: Mapping[str, Any], fix: Fix, rule: str | None,
                command: Mapping[str, Any]) -> dict:
     values = dict(fix.changes)
-    return {"text": fix_text(catalog, fix), "upstream": bool(fix.rule), "changes": changes(user, fix, rule),
+    return {"text": fix_text(catalog, fix), "upstream": bool(fix.rule), "note": fix.note,
+            "changes": changes(user, fix, rule),
             "command": command_argv(catalog, command, [fix]),
             "fill_in": [{"flag": name, "spelling": catalog[name].primary, "value": values[name], "what": what}
                         for name, what in fix.fill_in]}
@@ -211,7 +216,8 @@ def command_lines(label: str, argv: list[str], width: int) -> list[str]:
 
 
 def _fix_rows(fix: dict, width: int, color: bool, note: str = "") -> list[str]:
-    text = fix["text"] + ("  (the rule's own fix)" if fix["upstream"] else "") + note
+    said = "; ".join(filter(None, ["the rule's own fix" if fix["upstream"] else "", fix.get("note", "")]))
+    text = fix["text"] + (f"  ({said})" if said else "") + note
     out = _row("fix", text, width, "green", color)
     for item in fix["fill_in"]:
         what = f"replace {item['value']} in {item['spelling']}: {item['what']}"

@@ -170,8 +170,9 @@ def combined_fix(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], 
     lists = [_usable(c.fixes, avoid_fill_in) for c in conflicts]
     if not lists or not all(lists):
         return None
+    # Fewest changes first, except that a rule's declared alternatives keep the ranking's order.
     combos = sorted(itertools.islice(itertools.product(*lists), MAX_COMBINATIONS * 4),
-                    key=lambda combo: (sum(f.size() for f in combo),
+                    key=lambda combo: (sum(f.size() for f in combo if f.alternative is None),
                                        [lists[i].index(f) for i, f in enumerate(combo)]))
     for combo in combos[:MAX_COMBINATIONS]:
         fix = combine(list(combo))

@@ -4,7 +4,9 @@ A conflict (resolver/explaining/explain.py) names the user values and rules that
 are changes to the command that make it resolve, each verified by solving again. Candidates come
 from three places:
 - the rules' `fix:` hints (what upstream would have set; a hint may set flags the user did not
-  type, such as `--nnodes` with a `--dist-init-addr` placeholder to fill in);
+  type, such as `--nnodes` with a `--dist-init-addr` placeholder to fill in). A rule may declare
+  several alternative hints in order (a list, each with an optional `when` and `note`); those keep
+  their declared order in the ranking (after the KV floor), whatever their sizes;
 - the involved user flags: another value from the flag's finite domain (or a power-of-two
   neighbour of a size), or dropping the flag;
 - the unset flags the violated rules read: each value of their finite domain.
@@ -50,13 +52,18 @@ class Fix:
     """A change to the user's flags: flag -> new value, and flags to drop (unset).
 
     `fill_in` names the changed flags whose value is a placeholder (`HOST:PORT`) the user must
-    replace, with what to put there; `rule` is the rule whose `fix:` hint proposed it.
+    replace, with what to put there; `rule` is the rule whose `fix:` hint proposed it; `note` is
+    what the hint says of itself ("slower: ..."); `alternative` is (rule id, place) among the
+    alternatives a rule declares as a list, for the alternative itself and for the sizes near one of
+    its values (None for any other fix): the ranking keeps that order.
     """
 
     changes: tuple[tuple[str, Any], ...]
     drops: tuple[str, ...] = ()
     rule: str | None = None
     fill_in: tuple[tuple[str, str], ...] = ()
+    note: str = ""
+    alternative: tuple[str, int] | None = None
 
     def apply(self, user: Mapping[str, Any], as_upstream: bool = False) -> dict[str, Any]:
         """The user's values with this fix done. `as_upstream` (for `--relax`): the changed flags
@@ -86,6 +93,7 @@ def combine(fixes: list[Fix]) -> Fix | None:
     changes: dict[str, Any] = {}
     drops: list[str] = []
     fill_in: dict[str, str] = {}
+    notes: list[str] = []
     for fix in fixes:
         for name, value in fix.changes:
             if name in drops or changes.get(name, value) != value:
@@ -97,8 +105,10 @@ def combine(fixes: list[Fix]) -> Fix | None:
             if name not in drops:
                 drops.append(name)
         fill_in.update(fix.fill_in)
+        if fix.note and fix.note not in notes:
+            notes.append(fix.note)
     rule = next((f.rule for f in fixes if f.rule), None)
-    return Fix(tuple(changes.items()), tuple(drops), rule, tuple(sorted(fill_in.items())))
+    return Fix(tuple(changes.items()), tuple(drops), rule, tuple(sorted(fill_in.items())), "; ".join(notes))
 
 
 def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
@@ -111,7 +121,11 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
     (resolver/solving/preference.py `fix_key`: KV floor, size, the rule's own hint, no new
     warning, fastest backend, typed values kept, nearest value, proposal order).
 
-    Candidates are verified in the order of the ranking's parts known before solving (size, hint,
+    A rule's declared alternatives (a `fix:` list) are verified first and keep their declared order:
+    they stand together, with the sizes tried near their values, at the place of the best-ranked
+    of them (those keeping the KV floor first; see `_declared_order`).
+
+    The other candidates are verified in the order of the ranking's parts known before solving (size, hint,
     speed and nearness of the values they set, typed values, order) and the search stops once
     MAX_FIXES verified fixes keep the KV floor and add no warning (as `pick` counts them): a later
     candidate ranks after them unless it drops a flag whose solved value is faster or nearer than
@@ -139,6 +153,9 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
 
     ordered = sorted(((static(order, fix), fix) for order, fix in enumerate(candidates)),
                      key=lambda item: fix_key(item[0]))
+    # Declared alternatives first: few, and each must be verified whatever its size.
+    ordered = [item for item in ordered if item[1].alternative is not None] + \
+              [item for item in ordered if item[1].alternative is None]
     nearby = nearby_for(plan, dict(user), facts, cache)  # `Fix.apply` gives plain dicts
     before: set[str] | None = None
     scored: list[tuple[FixFacts, Fix]] = []
@@ -161,15 +178,34 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
                                            slowness=slowness(plan, now, env),
                                            distance=sum(distance(v, user.get(n), n in fix.drops)
                                                         for n, v in now)), fix))
-        if kv_ok and added == 0:
+        if kv_ok and added == 0 and fix.alternative is None:
             # counted as `pick` would take it: a third size of one flag waits behind other ways out
             flag = _size_flag(plan, fix)
             sizes[flag] = sizes.get(flag, 0) + 1
             clean += flag is None or sizes[flag] <= PER_FLAG
         if clean == MAX_FIXES:
             break
-    ranked = [fix for _, fix in rank(scored, lambda item: item[0])]
+    ranked = _declared_order(rank(scored, lambda item: item[0]))
     return pick(ranked, lambda fix: _size_flag(plan, fix), MAX_FIXES, PER_FLAG)
+
+
+def _declared_order(ranked: list[tuple[FixFacts, Fix]]) -> list[Fix]:
+    """The ranked fixes, with each rule's declared alternatives (and the sizes tried near their
+    values) together at the place of the best-ranked of them, in the declared order: those keeping
+    the KV floor first, then the alternatives themselves before the sizes near them."""
+    groups: dict[str, list[tuple[FixFacts, Fix]]] = {}
+    for facts, fix in ranked:
+        if fix.alternative is not None:
+            groups.setdefault(fix.alternative[0], []).append((facts, fix))
+    out = []
+    for _, fix in ranked:
+        if fix.alternative is None:
+            out.append(fix)
+        elif fix.alternative[0] in groups:  # the group's first place: all of it, in order (a stable sort)
+            items = groups.pop(fix.alternative[0])
+            out += [f for _, f in sorted(items, key=lambda item: (not item[0].kv_ok, item[1].rule is None,
+                                                                   item[1].alternative[1]))]
+    return out
 
 
 def _command_key(plan: Plan, fix: Fix) -> str:
@@ -205,7 +241,7 @@ def _proposals(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
                flags: list[str], rules: list[Rule]) -> list[Fix]:
     """Every candidate in preference order: hints, other values, added flags, drops."""
     env = Env(plan, dict(user), facts, {})
-    hints = [fix for rule in rules if (fix := hint_fix(rule, env, user)) is not None]
+    hints = [fix for rule in rules for fix in hint_fixes(rule, env, user)]
     values = [Fix(changes=((name, value),)) for name in flags
               for value in _alternatives(plan, name, user[name], facts)]
     added = []
@@ -222,30 +258,74 @@ def _proposals(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
     for hint in list(hints):
         # A hint sizes a count (the smallest tp the weights fit): the sizes near it are fixes too
         # (a larger one may leave the KV cache room the smallest does not).
+        # Near a declared alternative's value they stay in its place (and carry its note).
         for name, value in hint.changes:
             if name not in user and plan.catalog[name].type == "int" and isinstance(value, int) \
                     and not isinstance(value, bool):
-                added += [Fix(changes=((name, v),)) for v in nearer_sizes(plan, value, facts, name)]
+                added += [Fix(changes=((name, v),), note=hint.note, alternative=hint.alternative)
+                          for v in nearer_sizes(plan, value, facts, name)]
     drops = [Fix(changes=(), drops=(name,)) for name in flags]
     return hints + values + added + drops
 
 
 def hint_fix(rule: Rule, env: Env, user: Mapping[str, Any]) -> Fix | None:
-    """The change a rule's `fix:` hint names for this command (None when it cannot be computed).
+    """The change a rule's `fix:` hint names for this command (None when it cannot be computed);
+    for a rule declaring alternatives, the first that changes something (else the first).
 
     A hint value equal to what the user typed is no change; None means "remove the flag".
     """
-    if not rule.fix:
-        return None
-    try:
-        values = [(name, expr(env)) for name, expr in rule.fix]
-    except UnknownFact:
-        return None
-    changes = tuple((n, v) for n, v in values if v is not None and not (n in user and user[n] == v))
-    drops = tuple(n for n, v in values if v is None and n in user)
-    changed = {n for n, _ in changes}
-    fill_in = tuple((n, what) for n, what in rule.fix_fill_in if n in changed)
-    return Fix(changes=changes, drops=drops, rule=rule.id, fill_in=fill_in)
+    fixes = hint_fixes(rule, env, user)
+    return next((fix for fix in fixes if fix.size()), fixes[0] if fixes else None)
+
+
+MAX_HINT_PASSES = 4  # passes over a declared alternative's values until they settle
+
+
+def hint_fixes(rule: Rule, env: Env, user: Mapping[str, Any]) -> list[Fix]:
+    """The changes a rule's `fix:` hints name for this command, in the declared order.
+
+    A plain `fix:` map is one hint, its values computed against the command as typed. An
+    alternative of a `fix:` list is offered when its `when` holds for the command as typed; its
+    values are computed in the order written, each against the command with the values before it
+    (and, from the second pass on, all of its values) applied, until they settle: so an offload
+    size written after a tp size is sized for that tp, and a node count for the memory budget of
+    the tp it leads to. A hint whose values cannot be computed (an unknown fact) is left out.
+    """
+    declared = bool(rule.fix_alternatives)
+    out = []
+    for number, (pairs, when, note, fill_in) in enumerate(rule.fix_hints()):
+        try:
+            if when is not None and not when(env):
+                continue
+            values = _settled(pairs, env) if declared else [(name, expr(env)) for name, expr in pairs]
+        except UnknownFact:
+            continue
+        except (TypeError, ZeroDivisionError):
+            if not declared:
+                raise
+            continue  # a value the alternative reads came out None (no node count fits, say)
+        changes = tuple((n, v) for n, v in values if v is not None and not (n in user and user[n] == v))
+        drops = tuple(n for n, v in values if v is None and n in user)
+        changed = {n for n, _ in changes}
+        out.append(Fix(changes=changes, drops=drops, rule=rule.id,
+                       fill_in=tuple((n, what) for n, what in fill_in if n in changed),
+                       note=note, alternative=(rule.id, number) if declared else None))
+    return out
+
+
+def _settled(pairs, env: Env) -> list[tuple[str, Any]]:
+    """A declared alternative's values: each computed with the ones before it applied, in passes
+    until no value changes (at most MAX_HINT_PASSES)."""
+    values: dict[str, Any] = {}
+    for _ in range(MAX_HINT_PASSES):
+        before = dict(values)
+        for name, expr in pairs:
+            applied = {k: v for k, v in env.user.items() if k not in values}
+            applied.update((k, v) for k, v in values.items() if v is not None)
+            values[name] = expr(Env(env.plan, applied, env.facts, env.decided))
+        if values == before:
+            break
+    return [(name, values[name]) for name, _ in pairs]
 
 
 def _ordered_domain(plan: Plan, name: str) -> list[Any]:

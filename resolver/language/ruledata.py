@@ -26,7 +26,8 @@ def ruleset_to_data(ruleset: RuleSet) -> tuple:
     rules = tuple(
         (r.id, r.kind, r.area, r.reason, r.ref, _data(r.when), _data(r.require), r.flag, _data(r.value),
          tuple((c.value, _data(c.when)) for c in r.values), r.message,
-         tuple((flag, _data(e)) for flag, e in r.fix), r.fix_fill_in, r.seed, r.file,
+         tuple((flag, _data(e)) for flag, e in r.fix), r.fix_fill_in,
+         tuple((a.count, _data(a.when), a.note, a.fill_in) for a in r.fix_alternatives), r.seed, r.file,
          (r.reads_flags, r.reads_facts, r.constrained_flags))
         for r in ruleset.rules)
     return sets, derived, rules
@@ -53,8 +54,9 @@ def ruleset_from_data(system: str, data: tuple) -> RuleSet:
     rules = tuple(
         Rule(id=rid, kind=kind, area=area, reason=reason, ref=ref, when=expr(when), require=expr(require),
              flag=flag, value=expr(value), values=tuple(Candidate(v, expr(w)) for v, w in values),
-             message=message, fix=tuple((f, expr(e)) for f, e in fix), fix_fill_in=fill_in, seed=seed,
-             file=file, reads=reads)
-        for rid, kind, area, reason, ref, when, require, flag, value, values, message, fix, fill_in, seed, file,
-        reads in rules_data)
+             message=message, fix=tuple((f, expr(e)) for f, e in fix), fix_fill_in=fill_in,
+             fix_alternatives=tuple((count, expr(w), note, alt_fill) for count, w, note, alt_fill in alternatives),
+             seed=seed, file=file, reads=reads)
+        for rid, kind, area, reason, ref, when, require, flag, value, values, message, fix, fill_in, alternatives,
+        seed, file, reads in rules_data)
     return RuleSet(system=system, rules=rules, derived=tuple(derived), sets=tuple(sets))

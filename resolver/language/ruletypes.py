@@ -34,6 +34,33 @@ class Candidate:
         return f"Candidate({self.value!r}, when={self.when!r})"
 
 
+class FixAlternative:
+    """One of the alternative fixes a rule declares as a `fix:` list: how many consecutive pairs of
+    the rule's `fix` it owns, its `when` (None: always), its `note` ("" for none) and its fill-in
+    pairs. Equal when declared alike (a `when` compares by its source)."""
+
+    __slots__ = ("count", "when", "note", "fill_in")
+
+    def __init__(self, count: int, when: Expr | None = None, note: str = "",
+                 fill_in: tuple[tuple[str, str], ...] = ()):
+        self.count = count
+        self.when = when
+        self.note = note
+        self.fill_in = fill_in
+
+    def _key(self) -> tuple:
+        return (self.count, None if self.when is None else self.when.source, self.note, self.fill_in)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FixAlternative) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"FixAlternative{self._key()!r}"
+
+
 class Rule:
     """One rule of a rule file (see rules/README.md for the kinds and their fields).
 
@@ -42,7 +69,7 @@ class Rule:
     """
 
     FIELDS = ("id", "kind", "area", "reason", "ref", "when", "require", "flag", "value", "values",
-              "message", "fix", "fix_fill_in", "seed", "file")
+              "message", "fix", "fix_fill_in", "fix_alternatives", "seed", "file")
     __slots__ = FIELDS + ("reads_flags", "reads_facts", "constrained_flags", "is_hard")
 
     def __init__(self, id: str, kind: str, area: str, reason: str, ref: str = "",
@@ -50,6 +77,7 @@ class Rule:
                  value: Expr | None = None, values: tuple[Candidate, ...] = (), message: str = "",
                  fix: tuple[tuple[str, Expr], ...] = (),
                  fix_fill_in: tuple[tuple[str, str], ...] = (),  # fix flags whose value is a placeholder, and what to fill in
+                 fix_alternatives: tuple[FixAlternative | tuple, ...] = (),
                  seed: tuple[str, ...] = (), file: str = "",
                  reads: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None):
         self.id = id
@@ -67,6 +95,10 @@ class Rule:
         self.message = message
         self.fix = fix
         self.fix_fill_in = fix_fill_in
+        # A `fix:` written as a list of alternatives (rules/README.md "Fix hints"), in the declared
+        # order; (count, when, note, fill_in) tuples are taken too. Empty: `fix` is one hint.
+        self.fix_alternatives = tuple(a if isinstance(a, FixAlternative) else FixAlternative(*a)
+                                      for a in fix_alternatives)
         self.seed = seed
         self.file = file
         if reads is None:  # `reads` is given by the plan cache, which stored what this computes
@@ -84,7 +116,19 @@ class Rule:
         exprs = [e for e in (self.when, self.require, self.value) if e is not None]
         exprs += [c.when for c in self.values if c.when is not None]
         exprs += [e for _, e in self.fix]
+        exprs += [a.when for a in self.fix_alternatives if a.when is not None]
         return exprs
+
+    def fix_hints(self) -> list[tuple[tuple[tuple[str, Expr], ...], Expr | None, str, tuple[tuple[str, str], ...]]]:
+        """The rule's fix hints in the declared order: (flag, expression) pairs, `when`, `note`,
+        fill-in pairs. A plain `fix:` map is one hint without a condition or a note."""
+        if not self.fix_alternatives:
+            return [(self.fix, None, "", self.fix_fill_in)] if self.fix else []
+        out, start = [], 0
+        for a in self.fix_alternatives:
+            out.append((self.fix[start:start + a.count], a.when, a.note, a.fill_in))
+            start += a.count
+        return out
 
 
 
