@@ -111,6 +111,27 @@ def test_typed_value_the_release_lacks_is_refused(capsys):
     assert code == 2 and "fa4" in err and f"SGLang {release}" in err
 
 
+def test_a_config_file_entry_the_release_lacks_is_refused_naming_the_file(capsys, tmp_path):
+    """Upstream's config merger hands a config file's entries to the same parser as typed flags, so a
+    key the release lacks fails there as a typed flag would."""
+    release = "0.5.2"
+    first, _ = release_catalog("llm").span("--enable-deterministic-inference")
+    config = tmp_path / "launch.yaml"
+    config.write_text("tp-size: 2\nenable-deterministic-inference: true\n")
+    code = main(["resolve", *COMMANDS["qwen3-defaults"], "--config", str(config),
+                 "--fact", f"packages.sglang={release}"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert str(config) in err and "--enable-deterministic-inference" in err and first in err
+
+
+def test_a_config_file_the_release_parses_is_accepted(capsys, tmp_path):
+    config = tmp_path / "launch.yaml"
+    config.write_text("tp_size: 2\ntrust-remote-code: true\nenable-dp-attention: false\n")
+    code = main(["resolve", *COMMANDS["qwen3-defaults"], "--config", str(config), "--fact", "packages.sglang=0.5.9"])
+    assert code == 0, capsys.readouterr().err
+
+
 def test_an_older_releases_own_spelling_is_read_and_the_launch_parses_there(capsys):
     """A user of 0.4.10.post2 types its spellings (`--enable-deepep-moe`, retired since); Accord reads
     it as that release does and writes a command that release parses."""

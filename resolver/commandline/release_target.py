@@ -59,11 +59,12 @@ def target_release(system: str, facts: Mapping[str, Any]) -> tuple[ReleaseCatalo
 
 
 def refuse_unparsed(argv: Sequence[str], own_options: Mapping[str, int | str], system: str,
-                    facts: Mapping[str, Any]) -> None:
+                    facts: Mapping[str, Any], config_file: str | None = None) -> None:
     """Raise UsageError when the target release's parser would refuse a typed option or value: the
     release named by the engine's package fact, else the rules' own (whose parser also refuses spellings its
     docs still show, such as the ambiguous `--cuda-graph-max-bs`). `own_options` are the Accord
-    command's own option strings (with their values, skipped)."""
+    command's own option strings (with their values, skipped). A `config_file`'s entries are checked
+    too, as the words upstream's config merger turns them into."""
     catalog = release_catalog(system)
     if catalog is None:
         return
@@ -75,18 +76,56 @@ def refuse_unparsed(argv: Sequence[str], own_options: Mapping[str, int | str], s
         return  # newer than every parser Accord has read: nothing to check against
     named = (f"{release_fact()}={given}" if given is not None
              else f"the release Accord's rules follow; --fact {release_fact()}=V names another")
-    words = _launch_words(argv, own_options, _short_forms(system))
-    groups, unknown = split_command(words, catalog, release)
-    problems = [_unknown_option(catalog, release, word) for word in unknown if word.startswith("--")]
     checker = Translator(catalog, system, release, release)
-    problems += [change.why for group in groups for change in [checker.group(group)[1]]
-                 if change is not None and not change.expressed]
+    problems = _refused(_launch_words(argv, own_options, _short_forms(system)), catalog, release, checker)
+    if config_file is not None:
+        problems += [f"in {config_file}: {problem}" for problem in
+                     _refused(config_words(config_file, own_options, catalog, release), catalog, release, checker)]
     if problems:
         raise UsageError(
             f"this command is for SGLang {release} ({named}), whose own parser "
             f"would refuse it: {'; '.join(problems)}. Write the command as {release} spells it, or name the "
             f"release you will run with --fact {release_fact()}=V (`accord upgrade --to V` rewrites a command "
             f"for another release).")
+
+
+def _refused(words: Sequence[str], catalog: ReleaseCatalog, release: str, checker: Translator) -> list[str]:
+    """Why `release`'s parser would refuse these launch words (empty: it parses them)."""
+    groups, unknown = split_command(words, catalog, release)
+    problems = [_unknown_option(catalog, release, word) for word in unknown if word.startswith("--")]
+    return problems + [change.why for group in groups for change in [checker.group(group)[1]]
+                       if change is not None and not change.expressed]
+
+
+def config_words(path: str, own_options: Mapping[str, int | str], catalog: ReleaseCatalog, release: str) -> list[str]:
+    """A `--config` file's entries as the words upstream's config merger passes to `release`'s
+    parser (sglang/srt/utils/server_args_config_parser.py, `_convert_config_to_args`): a switch's
+    `--key` for true and nothing for false, `--key true` for an option that takes a value, a list's
+    items after its key, a mapping as JSON, anything else as text.
+    Keys are spelled with dashes (Accord also reads a dest such as `tp_size`); Accord's own
+    options (`facts:`) are not launch words."""
+    import json
+
+    from accord.resolver.commandline.configfile import read_config
+
+    words: list[str] = []
+    for entry in read_config(path):
+        option = "--" + entry.key.lstrip("-").replace("_", "-")
+        value = entry.value
+        if option in own_options or value is False or value == []:
+            continue
+        words.append(option)
+        if isinstance(value, list):
+            words += [str(item) for item in value]
+        elif isinstance(value, dict):
+            words.append(json.dumps(value))
+        elif value is True:
+            action = catalog.action(release, option)
+            if action is not None and takes_values(action) != "0":
+                words.append("true")
+        else:
+            words.append(str(value))
+    return words
 
 
 def release_note(system: str, facts: Mapping[str, Any]) -> str | None:

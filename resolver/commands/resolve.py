@@ -62,7 +62,7 @@ def resolve_command(argv: list[str], prog: str, options=None) -> tuple[argparse.
         note = model_note(model_path, parsed.system, revision)
         if saved is not None:
             note = "; ".join(filter(None, [note, f"--facts {opts.facts} replaces the facts saved in {opts.config}"]))
-    refuse_unparsed(typed, own, parsed.system, facts)
+    refuse_unparsed(typed, own, parsed.system, facts, getattr(opts, "config", None) if saved is None else None)
     return opts, noted(noted(parsed, note), release_note(parsed.system, facts)), facts
 
 
