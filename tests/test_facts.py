@@ -328,6 +328,19 @@ def test_probe_lists_importable_packages_only(monkeypatch):
     assert list(found) == ["packages.yaml"] and found["packages.yaml"][0].isdigit()
 
 
+@pytest.mark.parametrize("word, expected", [("1", True), ("True", True), ("y", True), ("0", False), ("no", False),
+                                             ("maybe", None)])
+def test_probe_reads_env_facts_from_their_variable_as_sglang_does(monkeypatch, word, expected):
+    """SGLANG_ENABLE_SPEC_V2 is read with SGLang's boolean words (environ.py EnvBool); a word SGLang
+    would refuse leaves the fact unknown rather than guessed."""
+    monkeypatch.setattr(probing, "_accelerator_may_exist", lambda: False)
+    monkeypatch.setenv("SGLANG_ENABLE_SPEC_V2", word)
+    monkeypatch.delenv("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", raising=False)
+    found = probe()
+    assert found.get("env.spec_v2") == expected
+    assert "env.allow_longer_context" not in found
+
+
 def _run(code: str) -> str:
     return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                           check=True).stdout

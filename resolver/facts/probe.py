@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from accord.resolver.facts.schema import PACKAGE_PREFIX, VENDOR_OF_PLATFORM
+from accord.resolver.facts.schema import FACT_KEYS, PACKAGE_PREFIX, VENDOR_OF_PLATFORM
 from accord.resolver.language.catalog import RULES_DIR
 from accord.resolver.language.yamlcache import read_yaml_files
 
@@ -58,6 +58,7 @@ def probe() -> dict[str, Any]:
     }
     facts.update(_host_facts())
     facts.update(_package_facts())
+    facts.update(_environment_facts())
     if facts["torch"] is not None and _accelerator_may_exist():
         facts.update(_torch_facts())
     return dict(sorted((k, v) for k, v in facts.items() if v is not _UNKNOWN))
@@ -93,6 +94,18 @@ def _package_facts() -> dict[str, str]:
             found = False
         if found:
             facts[PACKAGE_PREFIX + name] = _dist_version(*dists) or _UNKNOWN_VERSION
+    return facts
+
+
+def _environment_facts() -> dict[str, bool]:
+    """The `env.*` facts whose variable is set in this environment, which a launch from here
+    inherits, read as SGLang reads a boolean variable; a word it would refuse is left unknown."""
+    words = {"true": True, "1": True, "yes": True, "y": True, "false": False, "0": False, "no": False, "n": False}
+    facts = {}
+    for key, spec in FACT_KEYS.items():
+        raw = os.environ.get(spec.variable) if spec.variable else None
+        if raw is not None and spec.type == "bool" and raw.lower() in words:
+            facts[key] = words[raw.lower()]
     return facts
 
 

@@ -35,6 +35,7 @@ class FactSpec:
     nullable: bool = False
     choices: tuple[str, ...] | None = None
     bounds: tuple[float, float] | None = None  # plausible (low, high) of a numeric fact
+    variable: str | None = None  # the environment variable the probe reads it from (env.* facts)
 
 
 def _load_schema() -> tuple[dict[str, str | None], dict[str, FactSpec]]:
@@ -43,7 +44,7 @@ def _load_schema() -> tuple[dict[str, str | None], dict[str, FactSpec]]:
     (data,), = read_yaml_files([RULES_DIR / "fact_schema.yaml"])
     specs = {key: FactSpec(entry["type"], entry["help"], bool(entry.get("nullable", False)),
                            tuple(entry["choices"]) if "choices" in entry else None,
-                           tuple(entry["bounds"]) if "bounds" in entry else None)
+                           tuple(entry["bounds"]) if "bounds" in entry else None, entry.get("variable"))
              for key, entry in data["facts"].items()}
     return dict(data["platforms"]), specs
 
