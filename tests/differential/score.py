@@ -19,6 +19,7 @@ from typing import Any
 
 from accord.resolver.api import ConflictError, resolve
 from accord.resolver.commandline.flagparse import parse_flags
+from accord.resolver.commandline.release_target import refuse_unparsed
 from accord.resolver.errors import AccordError
 from accord.resolver.facts.machine import load_facts
 from tests.differential.gen_llm import accord_argv
@@ -48,6 +49,7 @@ def accord_answer(case: dict, relax: bool = False, strict: bool = False) -> dict
         _, parsed = parse_flags(accord_argv(case["argv"]))
         facts = load_facts(case["preset"], tuple(case.get("fact_overrides", ())),
                            model_path=parsed.user.get("model_path"), system=parsed.system)
+        refuse_unparsed(accord_argv(case["argv"]), {}, parsed.system, facts)  # as `accord resolve` does
         config = resolve(parsed.system, parsed.user, facts, parsed.sources,
                          warnings=parsed.warnings, strict=strict)
     except ConflictError as err:
