@@ -191,6 +191,20 @@ def test_upgrade_rewrites_retired_switches_into_what_the_new_release_parses(caps
     assert all(c["why"] for c in result["changes"])
 
 
+@pytest.mark.parametrize("tp", [None, "4"])
+def test_upgrade_carries_a_switch_that_copied_another_options_value(capsys, tp):
+    """0.5.2's --enable-ep-moe set ep_size to tp_size (server_args.py __post_init__): carried to a
+    release without the switch it is --ep-size with the command's own tp, or the source default."""
+    source, target = "0.5.2", "0.5.23"
+    words = ["--model-path", "m", *(["--tp-size", tp] if tp else []), "--enable-ep-moe"]
+    release_parser(source).parse_args(words)
+    code, result = upgrade(capsys, ["--from", source, "--to", target, *words])
+    assert code == 0 and result["expressed"]
+    parsed = release_parser(target).parse_args(result["command"])
+    default_tp = str(release_catalog("llm").action(source, "--tp-size")["default"])
+    assert parsed.ep_size == (tp or default_tp)
+
+
 def test_upgrade_lists_defaults_that_changed_under_untyped_settings(capsys):
     catalog = release_catalog("llm")
     code, result = upgrade(capsys, ["--from", "0.5.2", "--to", "0.5.23", "--model-path", "m"])

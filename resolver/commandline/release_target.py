@@ -182,7 +182,7 @@ def read_older_words(argv: Sequence[str], system: str, own_options: Mapping[str,
     from accord.resolver.language.catalog import load_catalog
 
     known = spelling_index(load_catalog(system))
-    translator = Translator(catalog, system, release, catalog.newest)
+    translator = Translator(catalog, system, release, catalog.newest, split_command(argv, catalog, release)[0])
     out, notes, i = [], [], 0
     while i < len(argv):
         word = argv[i]
@@ -287,7 +287,8 @@ def for_release(options: Sequence[Any], system: str, facts: Mapping[str, Any], o
     if target is None:
         return list(options), [], None
     catalog, release = target
-    translator = Translator(catalog, system, catalog.newest, release)
+    command = [Group(option.words()[0], tuple(option.words()[1:])) for option in options]
+    translator = Translator(catalog, system, catalog.newest, release, command)
     out: list[Any] = []
     written: dict[str, Group] = {}
     lost: list[str] = []
@@ -359,7 +360,7 @@ def rewrite(words: Sequence[str], system: str, source: str, target: str) -> Rewr
         raise UsageError(f"SGLang {source}'s own parser would refuse {' '.join(unknown)}: "
                          f"{_unknown_option(catalog, source, unknown[0]) if unknown[0].startswith('--') else 'a word that is no option'}. "
                          f"Fix the command, or give the release it was written for with --from.")
-    out, changes = translate(groups, Translator(catalog, system, source, target))
+    out, changes = translate(groups, Translator(catalog, system, source, target, groups))
     typed = {catalog.action(source, g.option)["dest"] for g in groups}
     defaults = []
     for action in catalog.inventory(source):

@@ -148,9 +148,22 @@ def load_spellings(system: str) -> tuple[Mapping[str, Any], ...]:
 class Translator:
     """Carries option groups from one release to another of one system's catalog."""
 
-    def __init__(self, catalog: ReleaseCatalog, system: str, source: str, target: str):
+    def __init__(self, catalog: ReleaseCatalog, system: str, source: str, target: str,
+                 command: Iterable[Group] = ()):
         self.catalog, self.source, self.target = catalog, source, target
         self.spellings = load_spellings(system)
+        self.settings = {catalog.action(source, g.option)["dest"]: g.values for g in command
+                         if catalog.action(source, g.option) is not None}
+
+    def setting(self, option: str) -> tuple[str, ...] | None:
+        """The words the command gives another option (any of the source release's spellings of
+        it), else the source release's default for it; None when the source release lacks it."""
+        action = self.catalog.action(self.source, option)
+        if action is None:
+            return None
+        if action["dest"] in self.settings:
+            return self.settings[action["dest"]]
+        return None if action.get("default") is None else (str(action["default"]),)
 
     def group(self, group: Group) -> tuple[list[Group], Change | None]:
         """The target release's words for one option group of the source release, and the change
@@ -227,8 +240,17 @@ class Translator:
             return None
         if "value" in rewrite and list(group.values) != [str(rewrite["value"])]:
             return None
-        words = [w for word in rewrite["words"]
-                 for w in (group.values if word == "{value}" else [str(word)])]
+        words: list[str] = []
+        for word in map(str, rewrite["words"]):
+            if word == "{value}":
+                words += group.values
+            elif word.startswith("{option:"):   # another option's value: "{option:--tp-size}"
+                other = self.setting(word[len("{option:"):-1])
+                if other is None:
+                    return None
+                words += other
+            else:
+                words.append(word)
         if not words:
             return [], Change("dropped", group.shown(), (), rewrite["why"])
         groups, unknown = split_command(words, self.catalog, self.target)
