@@ -20,6 +20,7 @@ the same files give the same facts whichever source held them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from accord.resolver.errors import UsageError
+from accord.resolver.language.yamlcache import read_yaml_files
 # The one file that makes a folder a model of each system, and how a model of the other system is
 # refused, are hub_download's too (it imports huggingface_hub only when it downloads).
 from accord.resolver.facts.hub_download import CONFIG_FILE, other_system, wrong_system_message
@@ -243,12 +245,32 @@ def cached_snapshot(repo: str, revision: str | None, config: str) -> ModelSource
 # --- built-in model cards ------------------------------------------------------------------------
 
 def card_path(repo: str) -> Path | None:
-    """The card file of a hub id, matched without regard to case (the hub's ids are not)."""
+    """The card file of a hub id, matched without regard to case (the hub's ids are not), else the
+    card of the id the hub redirects it to or from (`rules/models/renamed.yaml`)."""
+    for name in (repo, *_same_repository().get(repo.lower(), ())):
+        found = _card_file(name)
+        if found is not None:
+            return found
+    return None
+
+
+def _card_file(repo: str) -> Path | None:
     exact = CARDS_DIR / f"{repo.replace('/', '--')}.json"
     if exact.is_file():
         return exact
     wanted = exact.name.lower()
     return next((path for path in sorted(CARDS_DIR.glob("*.json")) if path.name.lower() == wanted), None)
+
+
+@functools.lru_cache(maxsize=1)
+def _same_repository() -> dict[str, tuple[str, ...]]:
+    """Lower-cased hub id -> the other ids of the same repository (renamed.yaml's pairs)."""
+    ((data,),) = read_yaml_files([MODELS_DIR / "renamed.yaml"])
+    others: dict[str, tuple[str, ...]] = {}
+    for pair in data["same_repository"]:
+        for name in pair:
+            others[name.lower()] = tuple(other for other in pair if other != name)
+    return others
 
 
 def model_card(repo: str, system: str) -> ModelSource | None:
