@@ -14,6 +14,7 @@ in the catalog. For an older one, two things change and both are here:
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any, Mapping, Sequence
 
 from accord.resolver.commandline.release_words import (
@@ -98,13 +99,11 @@ def _refused(words: Sequence[str], catalog: ReleaseCatalog, release: str, checke
 
 
 def config_words(path: str, own_options: Mapping[str, int | str], catalog: ReleaseCatalog, release: str) -> list[str]:
-    """A `--config` file's entries as the words upstream's config merger passes to `release`'s
-    parser (sglang/srt/utils/server_args_config_parser.py, `_convert_config_to_args`): a switch's
-    `--key` for true and nothing for false, `--key true` for an option that takes a value, a list's
-    items after its key, a mapping as JSON, anything else as text.
-    Keys are spelled with dashes (Accord also reads a dest such as `tp_size`); Accord's own
-    options (`facts:`) are not launch words."""
-    import json
+    """A `--config` file's entries as the words upstream's config merger (`_convert_config_to_args`)
+    passes to `release`'s parser: a switch's `--key` for true and nothing for false, `--key true` for
+    an option that takes a value, a list's items after its key, a mapping as JSON, anything else as
+    text. Keys are spelled with dashes (Accord also reads a flag's dest, with underscores); Accord's
+    own options (`facts:`) are not launch words."""
 
     from accord.resolver.commandline.configfile import read_config
 
