@@ -10,12 +10,14 @@ them the same way?). Printed, never asserted.
     PYTHONPATH=$PWD python benchmarks/tune_accuracy.py            # the constants as stored
     PYTHONPATH=$PWD python benchmarks/tune_accuracy.py --fit      # + in-sample fit and leave-one-source-out
     PYTHONPATH=$PWD python benchmarks/tune_accuracy.py --fit --write   # store the in-sample fit in costs.yaml
-    ... --rows                                                     # one line per figure
+    ... --rows                                                     # one line per figure (with --fit: held out too)
 
 `--fit` fits the constants costs.yaml lists under `fitted:` on the whole set (in-sample) and, for
 each source in turn, on every other source (held out by source: the figures of a source are
 predicted by constants fitted without it, and an engine factor fitted on no other source's figures
-falls back to 1).
+falls back to 1). Each held-out fit starts from the stored constants (fitted on every source, the
+held-out one included); `--neutral-start` starts it from the geometric middle of each constant's
+bounds instead, which tells how much of the held-out score that starting point carries.
 """
 
 from __future__ import annotations
@@ -225,6 +227,16 @@ def fit(base: Mapping[str, Any], runs: list[Run], rounds: int = 5, log=None) -> 
     return costs
 
 
+def neutral(base: Mapping[str, Any]) -> dict:
+    """The cost data with every fitted constant at the geometric middle of its bounds: a start for
+    the held-out fits that knows nothing of the stored (in-sample) values."""
+    costs = copy.deepcopy(dict(base))
+    for name, entry in costs["fitted"]["constants"].items():
+        lo, hi = entry.get("bounds", [1e-6, 1e6])
+        set_path(costs, tuple(name.split("/")), math.sqrt(lo * hi))
+    return costs
+
+
 def held_out(base: Mapping[str, Any], runs: list[Run], log=None) -> list[dict]:
     rows = []
     for source in sorted({r.source for r in runs}):
@@ -266,11 +278,20 @@ def write_fit(costs: Mapping[str, Any], runs: list[Run], held: Mapping[str, Any]
     path.write_text(head + "".join(lines), encoding="utf-8")
 
 
+def print_rows(rows: list[dict]) -> None:
+    for r in rows:
+        p = r["predicted"]
+        print(f"    {r['run'].id:<34} {SHORT[r['kind']]:<10} measured {r['measured']:>10.1f} "
+              f"predicted {p if p is None else round(p, 1)!s:>10} ratio {p / r['measured'] if p else float('nan'):.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", action="store_true", help="fit in-sample and leave-one-source-out")
     parser.add_argument("--write", action="store_true", help="with --fit: store the in-sample constants in costs.yaml")
-    parser.add_argument("--rows", action="store_true", help="one line per figure")
+    parser.add_argument("--rows", action="store_true", help="one line per figure (with --fit: held out too)")
+    parser.add_argument("--neutral-start", action="store_true",
+                        help="with --fit: start each held-out fit from the middle of the bounds, not the stored values")
     args = parser.parse_args()
     from accord.resolver.exploring.costmodel import load_costs
 
@@ -283,17 +304,17 @@ def main() -> None:
     rows = figures(runs, predictor(base))
     print(render("as stored in costs.yaml (in-sample where fitted):", scores(rows)))
     if args.rows:
-        for r in rows:
-            p = r["predicted"]
-            print(f"    {r['run'].id:<34} {SHORT[r['kind']]:<10} measured {r['measured']:>10.1f} "
-                  f"predicted {p if p is None else round(p, 1)!s:>10} ratio {p / r['measured'] if p else float('nan'):.2f}")
+        print_rows(rows)
     if args.fit and fitted_paths(base):
         costs = fit(base, runs, log=sys.stderr)
         print(render("fitted on all sources (in-sample):", scores(figures(runs, predictor(costs)))))
         for p in fitted_paths(costs):
             print(f"    {'.'.join(p)} = {get_path(costs, p):.4g}")
-        held = scores(held_out(base, runs, log=sys.stderr))
+        held_rows = held_out(neutral(base) if args.neutral_start else base, runs, log=sys.stderr)
+        held = scores(held_rows)
         print(render("held out by source (each source predicted by constants fitted on the others):", held))
+        if args.rows:
+            print_rows(held_rows)
         if args.write:
             write_fit(costs, runs, held)
 

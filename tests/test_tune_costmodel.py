@@ -86,14 +86,29 @@ def test_expert_parallelism_adds_all_to_all_time():
     assert ep["comm_ms"] != plain["comm_ms"]
 
 
+def test_prefill_riding_in_decode_steps_delays_the_first_token():
+    # SGLang runs a prefill as a batch of its own unless --enable-mixed-chunk puts its chunks into
+    # decode steps, where the first token also waits for the running batch's step.
+    w = Workload(1024, 256, request_rate=4)
+    plain = predict(LLAMA_8B, {}, w, gpus=1)
+    mixed = predict(LLAMA_8B, {"enable_mixed_chunk": True}, w, gpus=1)
+    assert mixed["ttft_ms"] > plain["ttft_ms"]
+
+
+def test_tpot_stretches_by_the_share_of_time_spent_prefilling():
+    # More arrivals per second mean more prefill work between one request's tokens.
+    tpot = [predict(LLAMA_8B, {}, Workload(2048, 128, request_rate=r), gpus=1)["tpot_ms"] for r in (1, 4, 8)]
+    assert tpot == sorted(tpot) and tpot[-1] > 1.2 * tpot[0]
+
+
 def test_engine_factors_default_to_the_reference_engine_and_apply_by_release():
     data = load_costs()
     sglang = engine_factors(data, None)
     assert sglang["decode"] == sglang["prefill"] == 1.0
     assert engine_factors(data, ("no-such-engine", "1.0")) == engine_factors(data, ("sglang", ""))
     older, newer = engine_factors(data, ("vllm", "0.6.0")), engine_factors(data, ("vllm", "0.11.0"))
-    assert older["first_token_ms"] != newer["first_token_ms"]     # an entry for vLLM 0.6 only
-    assert older["decode"] == newer["decode"]
+    assert older["scheduler_steps"] == 10 and newer["scheduler_steps"] == 1    # an entry for vLLM 0.6 only
+    assert older["decode"] == 1.0 != newer["decode"]                # and one for vLLM 0.11 only
 
 
 def test_every_fitted_constant_has_a_value_bounds_and_provenance():

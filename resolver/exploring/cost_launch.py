@@ -50,6 +50,7 @@ class Launch:
     moe_runner: str
     fp8: bool
     eager_above: int          # batches above this run without CUDA graphs (0: always eager)
+    mixed_chunk: bool = False  # prefill chunks ride in decode steps (SGLang --enable-mixed-chunk)
 
     @property
     def weights_gpu(self) -> float:
@@ -153,4 +154,5 @@ def launch_of(data: Mapping[str, Any], roles: Mapping[str, str], derived_names: 
         family=str(role("decode_attention") or role("attention") or "default"),
         p_family=str(role("prefill_attention") or role("attention") or "default"),
         moe_runner=str(role("moe_runner") or "auto"), fp8=bool(derived("fp8_gemm")),
-        eager_above=0 if graphs_off else int(role("graph_max_bs") or 0))
+        eager_above=0 if graphs_off else int(role("graph_max_bs") or 0),
+        mixed_chunk=bool(role("mixed_chunk")))

@@ -8,13 +8,15 @@ seconds. Which of them add up to TPOT, TTFT and throughput at a workload is `cos
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Mapping
 
 from accord.resolver.exploring.cost_launch import Launch
 
+@functools.lru_cache(maxsize=1)
 def reference_engine() -> str:
-    """The engine `accord resolve` launches (rules/packages.yaml `engine`); other engines' factors are relative to it."""
+    """The engine `accord resolve` launches (rules/packages.yaml `engine`, read once); other engines' factors are relative to it."""
     from accord.resolver.facts.probe import engine_package
 
     return engine_package()
@@ -32,6 +34,7 @@ class Rates:
     weight_bw: float          # fraction of HBM bandwidth weight reads reach in decode
     attn_bw: float            # fraction of HBM bandwidth the decode attention backend reaches
     gemm_flops: float         # fraction of peak the GEMMs reach in prefill / large batches
+    knee: float               # how sharply a step turns from memory- to compute-bound (inf: the max of the two)
     attn_flops: float         # fraction of peak the prefill attention backend reaches
     moe: Mapping[str, float]  # runner efficiency, imbalance, half-efficiency batch, per-layer cost
     speculative: Mapping[str, float]   # accept rate, draft step cost
@@ -41,6 +44,8 @@ class Rates:
     request_s: float          # per running request and step
     pass_s: float             # per extra prefill pass (a chunk, a prefill batch)
     first_token_s: float      # per request: tokenizing, scheduling, the first token's way out
+    scheduler_steps: int      # decode steps the engine runs per scheduling round (multi-step scheduling)
+    mixed_prefill: bool       # prefill chunks ride in decode steps (else a prefill runs as a batch of its own)
     decode_factor: float      # the serving engine's (and calibration's) factor on decode steps
     prefill_factor: float     # ... on prefill
 
@@ -50,7 +55,8 @@ def engine_factors(data: Mapping[str, Any], engine: tuple[str, str] | None) -> d
     engine's (SGLang, what `accord resolve` launches), then the engine's own entry, then each `NAME RELEASE-PREFIX` entry the release starts with (longer prefixes later)."""
     name, release = engine or (reference_engine(), "")
     table = data.get("engines") or {}
-    found = {"decode": 1.0, "prefill": 1.0, "first_token_ms": 0.0, "admits": 1.0}
+    found = {"decode": 1.0, "prefill": 1.0, "first_token_ms": 0.0, "admits": 1.0, "scheduler_steps": 1,
+             "mixed_prefill": 0}
     found.update(table.get(reference_engine()) or {})   # an engine without an entry runs like the reference
     found.update(table.get(name) or {})
     prefixed = sorted((k for k in table if k.startswith(name + " ") and release.startswith(k[len(name) + 1:])), key=len)
@@ -92,6 +98,7 @@ def rates_of(data: Mapping[str, Any], dev: Mapping[str, Any], launch: Launch, fa
         weight_bw=gemm["decode_bw"] * float(quant["weight_bw"]),
         attn_bw=eff.get(launch.family, eff["default"])["decode_bw"] * _page_efficiency(pages, launch.page),
         gemm_flops=gemm["prefill_flops"],
+        knee=float(gemm.get("knee") or math.inf),
         attn_flops=eff.get(launch.p_family, eff["default"])["prefill_flops"],
         moe=moe,
         speculative=data["speculative"],
@@ -101,6 +108,8 @@ def rates_of(data: Mapping[str, Any], dev: Mapping[str, Any], launch: Launch, fa
         request_s=over["request_token_us"] * 1e-6,
         pass_s=over["forward_pass_us"] * 1e-6 + layer(launch.p_family),
         first_token_s=(over["first_token_us"] * 1e-6 + factors["first_token_ms"] * 1e-3),
+        scheduler_steps=max(1, int(factors["scheduler_steps"])),
+        mixed_prefill=bool(factors["mixed_prefill"]) or launch.mixed_chunk,
         decode_factor=factors["decode"] / speed,
         prefill_factor=factors["prefill"] / speed)
 
@@ -147,6 +156,16 @@ def moe_costs(l: Launch, r: Rates, tokens: float) -> tuple[float, float]:
 
 # -- decode and prefill --------------------------------------------------------------------------
 
+def roofline(memory: float, compute: float, knee: float) -> float:
+    """Seconds of a step that streams `memory` seconds of bytes and does `compute` seconds of
+    arithmetic: the larger of the two far from the ridge, more than it near the ridge (where the
+    kernels overlap the two imperfectly): (memory^k + compute^k)^(1/k)."""
+    if math.isinf(knee) or memory <= 0 or compute <= 0:
+        return max(memory, compute)
+    big = max(memory, compute)
+    return big * ((memory / big) ** knee + (compute / big) ** knee) ** (1 / knee)
+
+
 def decode_step(l: Launch, r: Rates, batch: float, context: float) -> tuple[float, dict]:
     """Seconds of one decode step with `batch` requests per rank of `context` tokens each, and its
     parts. The floor holds with CUDA graphs too: every layer pays launch and synchronisation."""
@@ -161,7 +180,7 @@ def decode_step(l: Launch, r: Rates, batch: float, context: float) -> tuple[floa
     eager = l.eager_above <= 0 or batch > l.eager_above
     per_layer = r.layer_s + (r.eager_layer_s if eager else 0.0) + (r.moe["layer_us"] * 1e-6 if l.experts else 0.0)
     fixed = r.step_s + batch * r.request_s + l.layers * per_layer
-    total = (l.pp * (max(t_memory, t_flops) + comm) + fixed) * r.decode_factor
+    total = (l.pp * (roofline(t_memory, t_flops, r.knee) + comm) + fixed) * r.decode_factor
     bound = "compute" if t_flops > t_memory else ("kv" if t_kv > t_dense + t_exp_read else "weights")
     return total, {"comm_ms": l.pp * comm * 1e3, "bound": bound}
 
