@@ -132,6 +132,16 @@ def test_a_config_file_the_release_parses_is_accepted(capsys, tmp_path):
     assert code == 0, capsys.readouterr().err
 
 
+def test_a_saved_values_file_is_read_by_dest_and_its_nulls_leave_flags_unset(capsys, tmp_path):
+    """`accord resolve --json` values are keyed by dest (`ep_join_rank_offset` is the option
+    `--elastic-ep-join-rank-offset`) and hold nulls for unset flags, some of which the release lacks:
+    both read as Accord reads the file, so the file feeds back."""
+    config = tmp_path / "values.yaml"
+    config.write_text("ep_join_rank_offset: 0\ndrain_timeout: null\ntp_size: 1\n")
+    code = main(["resolve", *COMMANDS["qwen3-defaults"], "--config", str(config)])
+    assert code == 0, capsys.readouterr().err
+
+
 def test_an_older_releases_own_spelling_is_read_and_the_launch_parses_there(capsys):
     """A user of 0.4.10.post2 types its spellings (`--enable-deepep-moe`, retired since); Accord reads
     it as that release does and writes a command that release parses."""

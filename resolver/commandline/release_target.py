@@ -81,7 +81,7 @@ def refuse_unparsed(argv: Sequence[str], own_options: Mapping[str, int | str], s
     problems = _refused(_launch_words(argv, own_options, _short_forms(system)), catalog, release, checker)
     if config_file is not None:
         problems += [f"in {config_file}: {problem}" for problem in
-                     _refused(config_words(config_file, own_options, catalog, release), catalog, release, checker)]
+                     _refused(config_words(config_file, own_options, system, catalog, release), catalog, release, checker)]
     if problems:
         raise UsageError(
             f"this command is for SGLang {release} ({named}), whose own parser "
@@ -98,21 +98,29 @@ def _refused(words: Sequence[str], catalog: ReleaseCatalog, release: str, checke
                        if change is not None and not change.expressed]
 
 
-def config_words(path: str, own_options: Mapping[str, int | str], catalog: ReleaseCatalog, release: str) -> list[str]:
+def config_words(path: str, own_options: Mapping[str, int | str], system: str, catalog: ReleaseCatalog,
+                 release: str) -> list[str]:
     """A `--config` file's entries as the words upstream's config merger (`_convert_config_to_args`)
     passes to `release`'s parser: a switch's `--key` for true and nothing for false, `--key true` for
     an option that takes a value, a list's items after its key, a mapping as JSON, anything else as
-    text. Keys are spelled with dashes (Accord also reads a flag's dest, with underscores); Accord's
-    own options (`facts:`) are not launch words."""
-
+    text. A key is an option spelled without its dashes, or a flag's dest, which Accord reads as that
+    flag's own spelling (a dest need not be the spelling with underscores); a null leaves
+    the flag unset, as Accord reads it. Accord's own options (`facts:`) are not launch words."""
     from accord.resolver.commandline.configfile import read_config
+    from accord.resolver.commandline.flagspellings import spelling_index
+    from accord.resolver.language.catalog import load_catalog
 
+    flags = load_catalog(system)
+    spellings = spelling_index(flags)
     words: list[str] = []
     for entry in read_config(path):
-        option = "--" + entry.key.lstrip("-").replace("_", "-")
+        key = entry.key.lstrip("-")
+        option = "--" + key.replace("_", "-")
+        if option not in spellings and key.replace("-", "_") in flags:
+            option = flags[key.replace("-", "_")].primary
         value = entry.value
-        if option in own_options or value is False or value == []:
-            continue
+        if option in own_options or value is None or value is False or value == []:
+            continue  # null leaves the flag unset (Accord's reading; upstream would pass the text "None")
         words.append(option)
         if isinstance(value, list):
             words += [str(item) for item in value]
