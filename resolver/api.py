@@ -10,7 +10,7 @@ import functools
 import re
 import weakref
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from accord.resolver.errors import EXIT_CONFLICT, AccordError, UncheckedError, UsageError
 from accord.resolver.frozen import ResolvedConfig
@@ -18,6 +18,7 @@ from accord.resolver.language.catalog import load_catalog
 from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruleset import load_rules
 from accord.resolver.language.ruleset import strict as strict_rules
+from accord.resolver.solving.env import Outcome
 from accord.resolver.solving.solve import Env, Plan
 
 if TYPE_CHECKING:
@@ -211,31 +212,52 @@ def resolve(system: str, user: Mapping[str, Any], facts: Mapping[str, Any],
     plan = plan_for(system, strict=True) if strict else plan_for(system)
     typed = user = dict(user)
     _check_known_flags(plan, user)
-    # A typed auto choice ("let the resolver decide") pins nothing: the rules decide it as if unset.
-    typed_auto = {name: value for name, value in user.items()
-                  if plan.catalog[name].auto_choice is not None and value == plan.catalog[name].auto_choice}
+    typed_auto = _typed_auto(plan, user)
     if typed_auto:
         user = {name: value for name, value in user.items() if name not in typed_auto}
     sources = dict(sources or {})
     notes = list(warnings)
     relaxed: dict[str, dict] = {}
+    user, outcome = _solve_or_relax(plan, typed, user, facts, typed_auto, relaxed if relax else None, notes)
+    shown = _shown(plan, user)
+    provenance = _provenance(plan, shown, outcome, user, relaxed, typed_auto, sources)
+    final = Env(plan, user, facts, outcome.values)
+    _add_warnings(plan, final, outcome, notes, refuse_unchecked)
+    values = dict(zip(shown, map(outcome.values.__getitem__, shown)))
+    return ResolvedConfig(system, facts, values, provenance, notes)
+
+
+def _typed_auto(plan: Plan, user: Mapping[str, Any]) -> dict[str, Any]:
+    """The typed auto choices: "let the resolver decide" pins nothing, so the rules decide them as if unset."""
+    return {name: value for name, value in user.items()
+            if plan.catalog[name].auto_choice is not None and value == plan.catalog[name].auto_choice}
+
+
+def _solve_or_relax(plan: Plan, typed: Mapping[str, Any], user: dict[str, Any], facts: Mapping[str, Any],
+                    typed_auto: Mapping[str, Any], relaxed: dict[str, dict] | None,
+                    notes: list[str]) -> tuple[dict[str, Any], Outcome]:
+    """The user values that solve and the solve's outcome. With `relaxed` (`--relax`) each round
+    applies the combined fix of the conflicts, recording it there; otherwise, or when no fix is left
+    or the rounds run out, a ConflictError with the launch as typed."""
     for _ in range(MAX_RELAX_ROUNDS):
         outcome = plan.solve(user, facts)
         if outcome.satisfiable:
-            break
+            return user, outcome
         from accord.resolver.explaining.diagnose import find_conflicts
         conflicts = find_conflicts(plan, user, facts)
-        fixed = _apply_combined_fix(plan, user, facts, conflicts, relaxed, notes) if relax else None
+        fixed = _apply_combined_fix(plan, user, facts, conflicts, relaxed, notes) if relaxed is not None else None
         if fixed is None:
             raise ConflictError(plan, user, facts, conflicts, _as_typed(typed, user, typed_auto))
         user = fixed
-    else:
-        raise ConflictError(plan, user, facts, find_conflicts(plan, user, facts), _as_typed(typed, user, typed_auto))
+    raise ConflictError(plan, user, facts, find_conflicts(plan, user, facts), _as_typed(typed, user, typed_auto))
 
-    shown = _shown(plan, user)
-    # Every shown setting comes from its catalog default unless the user, `--relax` or a rule gave
-    # it its value; only those few names need looking at (a rule's origin is set only on the
-    # settings rules compute).
+
+def _provenance(plan: Plan, shown: Sequence[str], outcome: Outcome, user: Mapping[str, Any],
+                relaxed: Mapping[str, dict], typed_auto: Mapping[str, Any],
+                sources: Mapping[str, str]) -> dict[str, Mapping[str, Any]]:
+    """Where each shown value came from. Every shown setting comes from its catalog default unless
+    the user, `--relax` or a rule gave it its value; only those few names need looking at (a rule's
+    origin is set only on the settings rules compute)."""
     provenance: dict[str, Mapping[str, Any]] = dict.fromkeys(shown, _DEFAULT)
     origin = outcome.origin
     for name in (*relaxed, *user, *typed_auto, *plan.computed):
@@ -252,16 +274,19 @@ def resolve(system: str, user: Mapping[str, Any], facts: Mapping[str, Any],
                 provenance[name] = _by_rule(origin[name])
         elif name in typed_auto:  # no rule decides it: the auto choice stays, as the user typed
             provenance[name] = {"source": "user", "via": sources.get(name, "cli")}
-    final = Env(plan, user, facts, outcome.values)
+    return provenance
+
+
+def _add_warnings(plan: Plan, final: Env, outcome: Outcome, notes: list[str], refuse_unchecked: bool) -> None:
+    """Append the rules left unchecked for want of a fact (or refuse them, for `--strict`) and the
+    warning rules that fire on the resolved values."""
     if refuse_unchecked and outcome.unknown:
         raise UncheckedError(_unchecked_message(outcome.unknown))
     for rule, missing in outcome.unknown:
         notes.append(_unchecked_note(rule.id, missing))
-    for rule in plan.warnings_to_check(user):
+    for rule in plan.warnings_to_check(final.user):
         try:
             if rule.when is None or rule.when(final):
                 notes.append(f"[{rule.id}] {rule.message}")
         except UnknownFact:  # an unknown fact silences a warning rather than guessing
             continue
-    values = dict(zip(shown, map(outcome.values.__getitem__, shown)))
-    return ResolvedConfig(system, facts, values, provenance, notes)

@@ -1,4 +1,5 @@
-"""The HTTP front end process: an OpenAI-style image API over the scheduler (starlette + uvicorn).
+"""The HTTP front end process: an OpenAI-style image API over the scheduler (starlette + uvicorn),
+as a route table of plain handlers (as engine/llm/http_server.py has).
 
 - `POST /v1/images/generations`: checked by `request_schema` (400 on anything wrong), queued at
   the scheduler, answered with base64 PNGs plus `metadata`: how the batch ran (CUDA graph or
@@ -89,61 +90,83 @@ def _error(status: int, message: str, param: str | None = None, kind: str = "inv
     return JSONResponse({"error": {"message": message, "type": kind, "param": param}}, status_code=status)
 
 
+# -- the handlers: plain functions reading what they serve from app.state (see build_app) -----------
+
+async def scheduler_status(client: SchedulerClient) -> dict[str, Any] | None:
+    """The scheduler's status, or None when it does not answer in time (a hung scheduler must not
+    hang /health)."""
+    try:
+        return await client.call({"op": "status"}, timeout=STATUS_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        return None
+
+
+async def health(request: Request):
+    """200 only once every worker rank has warmed up, so a load balancer sends no request early."""
+    state = await scheduler_status(request.app.state.client)
+    if state is None:
+        return JSONResponse({"status": "unavailable", "detail": "the scheduler did not answer"}, 503)
+    if not state["ready"]:
+        return JSONResponse({"status": "starting", "ready_workers": state["ready_workers"],
+                             "workers": state["workers"]}, 503)
+    return JSONResponse({"status": "ok"})
+
+
+async def server_info(request: Request):
+    """The resolved config beside the engine's reading of it and what the ranks report, in one place."""
+    app_state = request.app.state
+    state = await scheduler_status(app_state.client)
+    if state is None:
+        return _error(503, "the scheduler did not answer", kind="server_error")
+    settings = app_state.settings
+    return JSONResponse({
+        "config": app_state.config.to_dict(),
+        "engine": settings.describe(),
+        "endpoints": app_state.endpoints.to_dict(),
+        "ready": state["ready"],
+        "warmup": {"plan": settings.plan.describe(), "executed": state["warmup_executed"]},
+        "devices": state["devices"],
+        "batching": state["batching"],
+        "processes": {"supervisor": os.getppid(), "http": os.getpid(), **state["processes"]},
+    })
+
+
+async def generate(request: Request):
+    """One image request: refused with a 400 unless `request_schema` accepts it, else queued."""
+    model = request.app.state.settings.model
+    try:
+        body = json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        return _error(400, f"the request body is not valid JSON: {err}.")
+    try:
+        parsed = parse_image_request(body, model)
+    except BadRequest as err:
+        return _error(400, str(err), err.param)
+    reply = await request.app.state.client.call({
+        "op": "generate", "width": parsed.resolution.width, "height": parsed.resolution.height,
+        "steps": parsed.steps, "jobs": parsed.jobs()})
+    if "error" in reply:
+        return _error(500, reply["error"], kind="server_error")
+    return JSONResponse({
+        "created": int(time.time()),
+        "model": model.name,
+        "data": [{"b64_json": base64.b64encode(png).decode("ascii")} for png in reply["images"]],
+        "metadata": {**reply["info"], "seed": parsed.seed},
+    })
+
+
+# -- the application -------------------------------------------------------------------------------
+
+ROUTES = [
+    ("/health", "GET", health),
+    ("/server_info", "GET", server_info),
+    ("/v1/images/generations", "POST", generate),
+]
+
+
 def build_app(config: ResolvedConfig, settings: EngineSettings, endpoints: Endpoints,
               client: SchedulerClient) -> Starlette:
-    model = settings.model
-
-    async def status() -> dict[str, Any] | None:
-        try:
-            return await client.call({"op": "status"}, timeout=STATUS_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            return None
-
-    async def health(request: Request):
-        state = await status()
-        if state is None:
-            return JSONResponse({"status": "unavailable", "detail": "the scheduler did not answer"}, 503)
-        if not state["ready"]:
-            return JSONResponse({"status": "starting", "ready_workers": state["ready_workers"],
-                                 "workers": state["workers"]}, 503)
-        return JSONResponse({"status": "ok"})
-
-    async def server_info(request: Request):
-        state = await status()
-        if state is None:
-            return _error(503, "the scheduler did not answer", kind="server_error")
-        return JSONResponse({
-            "config": config.to_dict(),
-            "engine": settings.describe(),
-            "endpoints": endpoints.to_dict(),
-            "ready": state["ready"],
-            "warmup": {"plan": settings.plan.describe(), "executed": state["warmup_executed"]},
-            "devices": state["devices"],
-            "batching": state["batching"],
-            "processes": {"supervisor": os.getppid(), "http": os.getpid(), **state["processes"]},
-        })
-
-    async def generate(request: Request):
-        try:
-            body = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            return _error(400, f"the request body is not valid JSON: {err}.")
-        try:
-            parsed = parse_image_request(body, model)
-        except BadRequest as err:
-            return _error(400, str(err), err.param)
-        reply = await client.call({
-            "op": "generate", "width": parsed.resolution.width, "height": parsed.resolution.height,
-            "steps": parsed.steps, "jobs": parsed.jobs()})
-        if "error" in reply:
-            return _error(500, reply["error"], kind="server_error")
-        return JSONResponse({
-            "created": int(time.time()),
-            "model": model.name,
-            "data": [{"b64_json": base64.b64encode(png).decode("ascii")} for png in reply["images"]],
-            "metadata": {**reply["info"], "seed": parsed.seed},
-        })
-
+    """The application over ROUTES; the scheduler client opens with the event loop it serves on."""
     @contextlib.asynccontextmanager
     async def lifespan(app):
         client.open()
@@ -153,11 +176,13 @@ def build_app(config: ResolvedConfig, settings: EngineSettings, endpoints: Endpo
         finally:
             await client.close()
 
-    return Starlette(routes=[
-        Route("/health", health, methods=["GET"]),
-        Route("/server_info", server_info, methods=["GET"]),
-        Route("/v1/images/generations", generate, methods=["POST"]),
-    ], lifespan=lifespan)
+    app = Starlette(routes=[Route(path, handler, methods=[method]) for path, method, handler in ROUTES],
+                    lifespan=lifespan)
+    app.state.config = config
+    app.state.settings = settings
+    app.state.endpoints = endpoints
+    app.state.client = client
+    return app
 
 
 class _Server(uvicorn.Server):

@@ -6,26 +6,39 @@ in, the remaining rows are padding that reads and writes only the scratch page (
 first B rows of the logits are returned. The block table is sized for the full context length so
 any sequence fits. `StaticDecode` is the padding logic alone, which also runs eagerly (CPU tests
 check it against plain decode); `DecodeGraphs` captures and replays it on CUDA.
+
+What capture needs of the model runner is the `DecodeRunner` protocol below, so this module
+imports nothing from model_runner.py (which builds a `DecodeGraphs` over itself).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
+from accord.engine.llm.attention import AttentionBackend
 from accord.engine.llm.batch import ForwardBatch
-from accord.engine.llm.kv_cache import SCRATCH_PAGE
-from accord.engine.llm.model import StepContext
+from accord.engine.llm.kv_cache import SCRATCH_PAGE, KVPool
+from accord.engine.llm.model import LlamaStage, StepContext
 
-if TYPE_CHECKING:
-    from accord.engine.llm.model_runner import ModelRunner
+
+class DecodeRunner(Protocol):
+    """The parts of a model runner a captured decode step runs on (model_runner.ModelRunner has them)."""
+
+    device: torch.device
+    context_length: int
+    pool: KVPool
+    stage: LlamaStage
+    decode_attention: AttentionBackend
+
+    def max_running_requests(self) -> int: ...
 
 
 class StaticDecode:
     """Fixed buffers for decode batches of up to `size` sequences, and the forward over them."""
 
-    def __init__(self, runner: "ModelRunner", size: int):
+    def __init__(self, runner: DecodeRunner, size: int):
         self.runner, self.size = runner, size
         page_size = runner.pool.page_size
         self.max_pages = -(-runner.context_length // page_size)
@@ -57,12 +70,15 @@ class StaticDecode:
         static.block_table[n:].fill_(SCRATCH_PAGE)
 
     def forward(self) -> torch.Tensor:
+        """The decode step over the buffers (what a graph captures); logits for every row, padding too."""
         ctx = StepContext(self.batch, self.runner.pool, self.runner.decode_attention)
         return self.runner.stage.forward(ctx)
 
 
 class DecodeGraphs:
-    def __init__(self, runner: "ModelRunner", batch_sizes: tuple[int, ...]):
+    """One captured graph per batch size (up to --max-running-requests), replayed for decode batches."""
+
+    def __init__(self, runner: DecodeRunner, batch_sizes: tuple[int, ...]):
         self.batch_sizes = [b for b in batch_sizes if b <= runner.max_running_requests()]
         self._static: dict[int, StaticDecode] = {}
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}

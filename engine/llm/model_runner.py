@@ -13,6 +13,7 @@ import torch
 
 from accord.engine.llm.attention import AttentionBackend
 from accord.engine.llm.batch import ForwardBatch
+from accord.engine.llm.cuda_graph import DecodeGraphs
 from accord.engine.llm.kv_cache import KVPool, layer_kv_scales, pool_tokens
 from accord.engine.llm.model import LlamaStage, StepContext
 from accord.engine.llm.model_config import ModelConfig, context_length
@@ -51,8 +52,6 @@ class ModelRunner:
         self.graphs = None
         if settings.cuda_graph_bs_decode and self.device.type == "cuda" and comm.pp_size == 1 \
                 and not comm.dp_attention:
-            from accord.engine.llm.cuda_graph import DecodeGraphs
-
             self.graphs = DecodeGraphs(self, settings.cuda_graph_bs_decode)
 
     def _make_pool(self) -> KVPool:

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruletypes import Rule
-from accord.resolver.solving.nearby import nearby_for
+from accord.resolver.solving.nearby import Nearby, Neighbour, nearby_for
 from accord.resolver.solving.preference import (
     FixFacts,
     checkpoint_set,
@@ -133,6 +133,16 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
     are solved.
     """
     env = Env(plan, dict(user), facts, {})
+    ordered = _static_order(plan, user, env, _candidates(plan, user, facts, flags, rules))
+    nearby = nearby_for(plan, dict(user), facts, cache)  # `Fix.apply` gives plain dicts
+    scored = _verified(plan, user, facts, env, nearby, ordered[:MAX_TRIED])
+    ranked = _declared_order(rank(scored, lambda item: item[0]))
+    return pick(ranked, lambda fix: _size_flag(plan, fix), MAX_FIXES, PER_FLAG)
+
+
+def _candidates(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
+                flags: list[str], rules: list[Rule]) -> list[Fix]:
+    """The proposals worth solving: each command once, none empty, none a fix may not be."""
     seen: set[str] = set()
     candidates: list[Fix] = []
     for fix in _proposals(plan, user, facts, flags, rules):
@@ -141,52 +151,70 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
             continue
         seen.add(key)
         candidates.append(fix)
+    return candidates
+
+
+def _static_order(plan: Plan, user: Mapping[str, Any], env: Env,
+                  candidates: list[Fix]) -> list[tuple[FixFacts, Fix]]:
+    """The candidates in the order the ranking's parts known before solving give, so the search can
+    stop early; declared alternatives come first: few, and each must be verified whatever its size."""
     hinted_flags = {frozenset(f.flags()) for f in candidates if f.rule}
-
-    def static(order: int, fix: Fix) -> FixFacts:
-        hinted = 0 if fix.rule is not None else 1 if fix.changes and frozenset(fix.flags()) in hinted_flags else 2
-        return FixFacts(size=fix.size(), hinted=hinted,
-                        kv_ok=True, added_warnings=0, checkpoint_set=checkpoint_set(plan, fix.changes),
-                        typed_touched=sum(1 for name in fix.flags() if name in user),
-                        slowness=slowness(plan, fix.changes, env),
-                        distance=sum(distance(v, user.get(n)) for n, v in fix.changes), order=order)
-
-    ordered = sorted(((static(order, fix), fix) for order, fix in enumerate(candidates)),
+    ordered = sorted(((_static_facts(plan, user, env, hinted_flags, order, fix), fix)
+                      for order, fix in enumerate(candidates)),
                      key=lambda item: fix_key(item[0]))
-    # Declared alternatives first: few, and each must be verified whatever its size.
-    ordered = [item for item in ordered if item[1].alternative is not None] + \
-              [item for item in ordered if item[1].alternative is None]
-    nearby = nearby_for(plan, dict(user), facts, cache)  # `Fix.apply` gives plain dicts
+    return [item for item in ordered if item[1].alternative is not None] + \
+           [item for item in ordered if item[1].alternative is None]
+
+
+def _static_facts(plan: Plan, user: Mapping[str, Any], env: Env, hinted_flags: set[frozenset[str]],
+                  order: int, fix: Fix) -> FixFacts:
+    """A candidate's ranking facts before solving (KV floor and warnings assumed fine until verified)."""
+    hinted = 0 if fix.rule is not None else 1 if fix.changes and frozenset(fix.flags()) in hinted_flags else 2
+    return FixFacts(size=fix.size(), hinted=hinted,
+                    kv_ok=True, added_warnings=0, checkpoint_set=checkpoint_set(plan, fix.changes),
+                    typed_touched=sum(1 for name in fix.flags() if name in user),
+                    slowness=slowness(plan, fix.changes, env),
+                    distance=sum(distance(v, user.get(n)) for n, v in fix.changes), order=order)
+
+
+def _verified(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], env: Env, nearby: Nearby,
+              ordered: list[tuple[FixFacts, Fix]]) -> list[tuple[FixFacts, Fix]]:
+    """The candidates that solve, with their solved ranking facts; stops once MAX_FIXES of them
+    would be picked as clean (KV floor kept, no new warning), since a later one ranks after them."""
     before: set[str] | None = None
     scored: list[tuple[FixFacts, Fix]] = []
     clean, sizes = 0, {}
-    for known, fix in ordered[:MAX_TRIED]:
+    for known, fix in ordered:
         solved = nearby.solve(fix.apply(user), fix.flags())
         if solved is None:
             continue
         if before is None:
             decided = plan.decisions(user, facts)
             before = set() if decided is None else nearby.command_warnings(user, decided)
-        added = len(nearby.warnings(solved) - before)
-        kv_ok = not kv_floor_moves(plan, fix.flags()) or kv_floor_holds(plan, solved.values, facts, solved.decided)
-        # A dropped flag is as fast, and as far from the typed value, as what the solver then picks.
-        now = list(fix.changes)
-        if fix.drops:
-            after = Env(plan, solved.values, facts, solved.decided, plan.shared(solved.values, facts))
-            now += [(name, _value(after, name)) for name in fix.drops]
-        scored.append((dataclasses.replace(known, kv_ok=kv_ok, added_warnings=added,
-                                           slowness=slowness(plan, now, env),
-                                           distance=sum(distance(v, user.get(n), n in fix.drops)
-                                                        for n, v in now)), fix))
-        if kv_ok and added == 0 and fix.alternative is None:
+        verified = _solved_facts(plan, user, facts, env, fix, known, solved, nearby.warnings(solved) - before)
+        scored.append((verified, fix))
+        if verified.kv_ok and verified.added_warnings == 0 and fix.alternative is None:
             # counted as `pick` would take it: a third size of one flag waits behind other ways out
             flag = _size_flag(plan, fix)
             sizes[flag] = sizes.get(flag, 0) + 1
             clean += flag is None or sizes[flag] <= PER_FLAG
         if clean == MAX_FIXES:
             break
-    ranked = _declared_order(rank(scored, lambda item: item[0]))
-    return pick(ranked, lambda fix: _size_flag(plan, fix), MAX_FIXES, PER_FLAG)
+    return scored
+
+
+def _solved_facts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], env: Env, fix: Fix,
+                  known: FixFacts, solved: Neighbour, added: set[str]) -> FixFacts:
+    """A candidate's ranking facts once solved: the static ones with what only the solve tells."""
+    kv_ok = not kv_floor_moves(plan, fix.flags()) or kv_floor_holds(plan, solved.values, facts, solved.decided)
+    # A dropped flag is as fast, and as far from the typed value, as what the solver then picks.
+    now = list(fix.changes)
+    if fix.drops:
+        after = Env(plan, solved.values, facts, solved.decided, plan.shared(solved.values, facts))
+        now += [(name, _value(after, name)) for name in fix.drops]
+    return dataclasses.replace(known, kv_ok=kv_ok, added_warnings=len(added),
+                               slowness=slowness(plan, now, env),
+                               distance=sum(distance(v, user.get(n), n in fix.drops) for n, v in now))
 
 
 def _declared_order(ranked: list[tuple[FixFacts, Fix]]) -> list[Fix]:

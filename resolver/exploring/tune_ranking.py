@@ -5,13 +5,15 @@ against tokens/s per user comes first, with an SLA the candidates that miss it a
 throughputs closer than the cost model's resolution rank as equal, and the tie-break
 (`tune_candidates.tie_break`) then keeps what `accord resolve` picks. The shown candidates are
 resolved for real and predicted again from the resolved values, each with a one-line reason.
-It is separate from the search (`tune_search`) because it only orders what the search found.
+It is separate from the search (`tune_search`) because it only orders what the search found;
+what it reads of the search is the `RankedSearch` protocol below, so it imports nothing back
+from `tune_search` (which calls `rank`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from accord.resolver.api import ConflictError, resolve
 from accord.resolver.errors import UsageError
@@ -20,10 +22,40 @@ from accord.resolver.exploring.tune_candidates import Candidate, NoCandidate, Tu
 from accord.resolver.solving.solve import Env
 
 if TYPE_CHECKING:
-    from accord.resolver.exploring.tune_search import Search
+    from accord.resolver.exploring.costmodel import CostModel, Workload
+    from accord.resolver.exploring.tune_candidates import SLA
+    from accord.resolver.frozen import ResolvedConfig
+    from accord.resolver.solving.solve import Plan
 
 
-def rank(search: Search, pool: list[Candidate], baseline: Candidate, source: str) -> TuneResult:
+class RankedSearch(Protocol):
+    """What the ranking reads of a finished search (tune_search.Search is one): its launch, its
+    cost model, its counts for the report, and how it words and predicts a command."""
+
+    system: str
+    plan: Plan
+    user: dict[str, Any]
+    facts: Mapping[str, Any]
+    workload: Workload
+    sla: SLA
+    costs: CostModel
+    device: str
+    beam: dict[str, int]
+    model_extra: dict[str, Any]
+    judged: int
+    excluded: int
+    legal: int
+    no_fit: int
+    pruned: dict[str, int]
+
+    def argv(self, pins: Mapping[str, Any]) -> list[str]: ...
+
+    def reader(self, env: Env) -> Callable[[str], Any]: ...
+
+    def config_env(self, config: ResolvedConfig, user: Mapping[str, Any]) -> Env: ...
+
+
+def rank(search: RankedSearch, pool: list[Candidate], baseline: Candidate, source: str) -> TuneResult:
     """The search's candidates ranked, the shown ones resolved for real; raises NoCandidate (exit 3)
     when none is left."""
     prefs = Env(search.plan, dict(search.user), search.facts, {})
@@ -105,7 +137,7 @@ def rank_key(c: Candidate, level: Callable[[float], float], tie: Callable[[Candi
             len(c.warnings), tie(c))
 
 
-def finish(search: Search, c: Candidate) -> Candidate | None:
+def finish(search: RankedSearch, c: Candidate) -> Candidate | None:
     """Resolve a candidate's full command (as `accord resolve` will) and predict from it
     (None: it does not resolve after all, the target release's parser refuses its words, or it
     leaves no KV room)."""
@@ -126,7 +158,7 @@ def finish(search: Search, c: Candidate) -> Candidate | None:
     return done
 
 
-def _parsed_by_release(search: Search, argv: list[str]) -> None:
+def _parsed_by_release(search: RankedSearch, argv: list[str]) -> None:
     """Raise UsageError when the SGLang release the command is for would refuse `argv` (a value
     the catalog still lists that the release removed), as `accord resolve` does."""
     from accord.resolver.commandline.release_target import refuse_unparsed

@@ -7,14 +7,11 @@ launches. Nothing here is kept between questions: resolver/solving/cache.py keep
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruletypes import Rule
-from accord.resolver.solving.env import set_flags_key
-
-if TYPE_CHECKING:
-    from accord.resolver.solving.solve import Plan
+from accord.resolver.solving.env import PlanView, set_flags_key
 
 
 class _Varies(Exception):
@@ -34,7 +31,7 @@ class Constants:
 
     __slots__ = ("plain", "set_flags", "relaxed", "catalog", "default_rules", "derived", "_varies", "known_facts")
 
-    def __init__(self, plan: "Plan", user: Mapping[str, Any], known_facts: frozenset[str] | None = None,
+    def __init__(self, plan: PlanView, user: Mapping[str, Any], known_facts: frozenset[str] | None = None,
                  seed: "Constants | None" = None):
         self.plain = plan.plain
         self.catalog = plan.catalog

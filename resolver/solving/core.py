@@ -18,15 +18,12 @@ keeping are kept by resolver/solving/cache.py, through `Plan`).
 from __future__ import annotations
 
 import graphlib
-from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruletypes import Rule
 from accord.resolver.solving.constants import Constants, constant
-from accord.resolver.solving.env import Assignment, Env, Shared, check, holds
-
-if TYPE_CHECKING:
-    from accord.resolver.solving.solve import Plan
+from accord.resolver.solving.env import Assignment, Env, PlanView, Shared, check, holds
 
 
 class Step(NamedTuple):
@@ -56,7 +53,7 @@ class Decided(NamedTuple):
     with_decisions: list[Rule]
 
 
-def build_structure(plan: "Plan", user: Mapping[str, Any], rules: list[Rule], depends: dict[str, frozenset],
+def build_structure(plan: PlanView, user: Mapping[str, Any], rules: list[Rule], depends: dict[str, frozenset],
                     by_rule: dict[int, frozenset], probe: Constants) -> Structure:
     """The `Structure` of launches with these flags set; `depends` and `by_rule` are the working
     memos of `Plan.depends` for these set flags, `probe` what is constant for them."""
@@ -109,7 +106,7 @@ def without_rules(structure: Structure, dropped: set[int]) -> Structure:
                        for step in steps] for steps in structure.groups])
 
 
-def decide(plan: "Plan", user: Mapping[str, Any], facts: Mapping[str, Any], structure: Structure,
+def decide(plan: PlanView, user: Mapping[str, Any], facts: Mapping[str, Any], structure: Structure,
            shared: Shared) -> Decided:
     """Choose every decision that some hard rule depends on (see the module docstring)."""
     base = Env(plan, user, facts, {}, shared)
@@ -149,7 +146,7 @@ def decide(plan: "Plan", user: Mapping[str, Any], facts: Mapping[str, Any], stru
     return Decided(decided, True, unknown, structure.with_decisions)
 
 
-def feasible(plan: "Plan", undecided: list[str], rules: list[tuple[Rule, frozenset]], user: Mapping[str, Any],
+def feasible(plan: PlanView, undecided: list[str], rules: list[tuple[Rule, frozenset]], user: Mapping[str, Any],
              facts: Mapping[str, Any], decided: Assignment, shared: Shared) -> tuple[bool, Assignment | None]:
     """Can the undecided decisions still be chosen so that every rule (all still open) holds?
 
@@ -193,7 +190,7 @@ def feasible(plan: "Plan", undecided: list[str], rules: list[tuple[Rule, frozens
     return problem.getSolution() is not None, None
 
 
-def decision_order(plan: "Plan", component: set[str], extra: dict[str, frozenset]) -> list[str]:
+def decision_order(plan: PlanView, component: set[str], extra: dict[str, frozenset]) -> list[str]:
     """Decisions whose eligibility others read come first; catalog order breaks ties."""
     sorter = graphlib.TopologicalSorter({v: set(extra.get(v, ())) & component for v in component})
     sorter.prepare()

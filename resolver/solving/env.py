@@ -4,20 +4,41 @@ An `Env` answers a rule expression's reads: a user's value, a decision, a catalo
 derived value computed on demand (in dependency order, by the flag's default rules). `check` and
 `holds` give a hard rule's verdict in one. `Shared` holds what is the same for every assignment of
 one pair of user values and facts, so the trial assignments of a search compute it once.
+
+What these steps read of the compiled plan is `PlanView`, declared here: solve.py's `Plan` is one,
+and solve.py imports this module, so nothing here (or in constants.py and core.py) imports it back.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol
 
 from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruletypes import Rule
 
 if TYPE_CHECKING:
-    from accord.resolver.solving.solve import Plan
+    from accord.resolver.language.catalog import Catalog
 
 #: A (partial) assignment of the decisions: decision flag -> the value chosen for it.
 Assignment = dict[str, Any]
+
+
+class PlanView(Protocol):
+    """What an `Env`, `Constants` and the solver core read of a compiled plan (solve.py's `Plan`)."""
+
+    catalog: Catalog
+    plain: dict[str, Any]  # flags no rule computes -> their catalog default
+    prefer_rules: dict[str, list[Rule]]
+    default_rules: dict[str, list[Rule]]
+    order: dict[str, int]  # flag -> its place in the catalog
+
+    def domain(self, flag: str) -> list[Any]: ...
+
+    def candidates(self, flag: str, env: Env) -> list[tuple[Any, str | None]]: ...
+
+    def depends(self, names: Iterable[str], user: Mapping[str, Any], memo: dict[str, frozenset]) -> frozenset: ...
+
+    def prefer_reads(self, flag: str) -> frozenset[str]: ...
 
 
 class _CycleError(Exception):
@@ -62,7 +83,7 @@ class Env:
 
     __slots__ = ("plan", "user", "facts", "decided", "_derived", "_busy", "_shared", "_plain", "named_values")
 
-    def __init__(self, plan: "Plan", user: Mapping[str, Any], facts: Mapping[str, Any],
+    def __init__(self, plan: PlanView, user: Mapping[str, Any], facts: Mapping[str, Any],
                  decided: Mapping[str, Any], shared: Shared | None = None):
         self.plan = plan
         self.user = user

@@ -93,71 +93,98 @@ class _Skip(Exception):
 
 
 def _load(plan: Plan, strict: bool) -> Preferences:
+    """The preferences file read against `plan`; `strict` refuses what `_Reader` would skip."""
     path = PREFERENCES_DIR / f"{plan.catalog.system}.yaml"
     if not path.exists():
         return Preferences()
     (data,), = read_yaml_files([path])
-    data = data or {}
-    where = f"rules/preferences/{path.name}"
-    names: dict[str, Expr] = {d.id: d.expr for d in plan.ruleset.derived}
-    names.update({s.id: constant(s.id, s.values) for s in plan.ruleset.sets})
-    meta = plan.catalog.choice_metadata()
-
-    def problem(message: str) -> Exception:
-        return UsageError(f"{where}: {message}") if strict else _Skip()
-
-    def expr(text: Any, what: str) -> Expr:
-        try:
-            parsed = parse(text, names, meta)
-        except ExpressionError as err:
-            raise problem(f"{what}: {err}") from None
-        unknown = sorted(parsed.flags - set(plan.catalog.flags))
-        if unknown:
-            raise problem(f"{what} reads unknown flags {unknown}.")
-        return parsed
-
-    def flags(section: str) -> frozenset[str]:
-        listed = (data.get(section) or {}).get("flags") or []
-        unknown = sorted(set(listed) - set(plan.catalog.flags))
-        if unknown and strict:
-            raise UsageError(f"{where}: {section} names unknown flags {unknown}; use catalog flag names.")
-        return frozenset(listed) & frozenset(plan.catalog.flags)
-
-    speed: dict[str, SpeedOrder] = {}
-    raw_speed = data.get("fastest_first") or {}
-    for name, entry in raw_speed.items():
-        try:
-            if name not in plan.catalog.flags:
-                raise problem(f"fastest_first names unknown flag {name!r}.")
-            source = raw_speed.get(entry["same_as"]) if "same_as" in entry else entry
-            if not source or "cases" not in source:
-                raise UsageError(f"{where}: fastest_first.{name} needs 'cases' (or 'same_as' a flag that has them).")
-            cases = tuple((expr(case["when"], f"fastest_first.{name}") if "when" in case else None,
-                           tuple(case["order"])) for case in source["cases"])
-            speed[name] = SpeedOrder(cases, tuple(source.get("slowest") or ()))
-        except _Skip:
-            continue
-
-    floor = data.get("kv_floor")
-    kv_floor = None
-    if floor:
-        try:
-            for term in floor.get("terms") or []:
-                names[term["id"]] = _named(term["id"], expr(term["value"], f"kv_floor term {term['id']}"))
-            kv_floor = expr(floor["holds"], "kv_floor.holds")
-        except _Skip:
-            kv_floor = None
-    nearer = data.get("nearer") or {}
+    reader = _Reader(plan, strict, data or {}, f"rules/preferences/{path.name}")
+    speed = _speed_orders(reader)
+    floor = reader.data.get("kv_floor")
+    kv_floor = _kv_floor(reader, floor)
+    nearer = reader.data.get("nearer") or {}
     for section, listed in (("nearer.power_of_two_sizes", nearer.get("power_of_two_sizes")),
                             ("kv_floor.sized_by", (floor or {}).get("sized_by"))):
-        unknown = sorted(set(listed or ()) - set(plan.catalog.flags))
-        if unknown and strict:
-            raise UsageError(f"{where}: {section} names unknown flags {unknown}; use catalog flag names.")
-    return Preferences(flags("identity"), flags("checkpoint"), speed, kv_floor,
+        reader.known_flags(section, listed)
+    return Preferences(reader.flags("identity"), reader.flags("checkpoint"), speed, kv_floor,
                        int(nearer.get("powers_of_two_beyond", 2)), tuple(nearer.get("powers_of_two_up_to") or ()),
                        tuple((floor or {}).get("needs") or ()),
                        frozenset((floor or {}).get("sized_by") or ()) & frozenset(plan.catalog.flags),
                        frozenset(nearer.get("power_of_two_sizes") or ()) & frozenset(plan.catalog.flags))
+
+
+class _Reader:
+    """Reads a preferences file's entries against one plan: what an expression may name, and how a
+    problem is met (an error when `strict`, otherwise `_Skip` so the entry is left out)."""
+
+    def __init__(self, plan: Plan, strict: bool, data: Mapping[str, Any], where: str):
+        self.plan = plan
+        self.strict = strict
+        self.data = data
+        self.where = where
+        # Grown by the KV floor's terms, which later expressions read by name.
+        self.names: dict[str, Expr] = {d.id: d.expr for d in plan.ruleset.derived}
+        self.names.update({s.id: constant(s.id, s.values) for s in plan.ruleset.sets})
+        self.meta = plan.catalog.choice_metadata()
+
+    def problem(self, message: str) -> Exception:
+        """The exception for an entry that does not apply (raised by the caller)."""
+        return UsageError(f"{self.where}: {message}") if self.strict else _Skip()
+
+    def expr(self, text: Any, what: str) -> Expr:
+        """An expression of the file, parsed; one reading an unknown flag is a problem."""
+        try:
+            parsed = parse(text, self.names, self.meta)
+        except ExpressionError as err:
+            raise self.problem(f"{what}: {err}") from None
+        unknown = sorted(parsed.flags - set(self.plan.catalog.flags))
+        if unknown:
+            raise self.problem(f"{what} reads unknown flags {unknown}.")
+        return parsed
+
+    def known_flags(self, section: str, listed: Iterable[str] | None) -> None:
+        """When strict, refuse a flag list naming flags the catalog lacks (lenient: they are dropped)."""
+        unknown = sorted(set(listed or ()) - set(self.plan.catalog.flags))
+        if unknown and self.strict:
+            raise UsageError(f"{self.where}: {section} names unknown flags {unknown}; use catalog flag names.")
+
+    def flags(self, section: str) -> frozenset[str]:
+        """A section's `flags` list, as the catalog flags it names."""
+        listed = (self.data.get(section) or {}).get("flags") or []
+        self.known_flags(section, listed)
+        return frozenset(listed) & frozenset(self.plan.catalog.flags)
+
+
+def _speed_orders(reader: _Reader) -> dict[str, SpeedOrder]:
+    """`fastest_first`: each flag's order (an entry may be `same_as` another flag's cases)."""
+    speed: dict[str, SpeedOrder] = {}
+    raw_speed = reader.data.get("fastest_first") or {}
+    for name, entry in raw_speed.items():
+        try:
+            if name not in reader.plan.catalog.flags:
+                raise reader.problem(f"fastest_first names unknown flag {name!r}.")
+            source = raw_speed.get(entry["same_as"]) if "same_as" in entry else entry
+            if not source or "cases" not in source:
+                raise UsageError(f"{reader.where}: fastest_first.{name} needs 'cases' (or 'same_as' a flag that "
+                                 f"has them).")
+            cases = tuple((reader.expr(case["when"], f"fastest_first.{name}") if "when" in case else None,
+                           tuple(case["order"])) for case in source["cases"])
+            speed[name] = SpeedOrder(cases, tuple(source.get("slowest") or ()))
+        except _Skip:
+            continue
+    return speed
+
+
+def _kv_floor(reader: _Reader, floor: Mapping[str, Any] | None) -> Expr | None:
+    """`kv_floor.holds`, after its named terms (None when absent or, lenient, when it does not apply)."""
+    if not floor:
+        return None
+    try:
+        for term in floor.get("terms") or []:
+            reader.names[term["id"]] = _named(term["id"], reader.expr(term["value"], f"kv_floor term {term['id']}"))
+        return reader.expr(floor["holds"], "kv_floor.holds")
+    except _Skip:
+        return None
 
 
 def _named(name: str, body: Expr) -> Expr:
