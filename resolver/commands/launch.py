@@ -60,10 +60,10 @@ def add_deploy_options(parser: argparse.ArgumentParser) -> None:
                         help="with --emit k8s: the container image (default: upstream's image of the "
                              "release, rules/deploy/<system>.yaml)")
     parser.add_argument("--prefill", metavar="FLAGS",
-                        help="with --emit commands: the prefill server's own flags (one shell string) "
-                             "over the common ones; with --decode, one disaggregated deployment and its router")
+                        help="with --emit: the prefill server's own flags (one shell string) over the "
+                             "common ones; with --decode, one disaggregated deployment and its router")
     parser.add_argument("--decode", metavar="FLAGS",
-                        help="with --emit commands: the decode server's own flags (see --prefill)")
+                        help="with --emit: the decode server's own flags (see --prefill)")
 
 
 def main(argv: list[str]) -> int:
@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
         return emit_deployment(opts, parsed, facts)
     if opts.prefill is not None or opts.decode is not None:
         raise UsageError("--prefill and --decode describe a disaggregated deployment, which is printed, "
-                         "not started: add --emit commands (each server is then started on its machines).")
+                         "not started: add --emit commands|k8s|slurm (each server is then started on its machines).")
     parsed = node_rank_from_environment(parsed)
     if opts.json and not opts.dry_run:
         raise UsageError("--json goes with --dry-run (a started server prints its own output); "
@@ -169,19 +169,23 @@ def emit_deployment(opts: argparse.Namespace, parsed, facts) -> int:
 
 
 def emit_disaggregated(opts: argparse.Namespace, parsed, facts, launcher) -> int:
-    """`--emit commands --prefill FLAGS --decode FLAGS`: both servers resolved and checked together
-    (resolver/deploy/disagg.py), then their commands and the router's."""
-    if opts.emit != "commands":
-        raise UsageError(f"--emit {opts.emit} of a disaggregated deployment is not written yet; --emit "
-                         f"commands prints each server's node commands and the router's, or emit each "
-                         f"role on its own with --emit {opts.emit} and its flags.")
-    from accord.resolver.deploy import disagg
+    """`--emit commands|k8s|slurm --prefill FLAGS --decode FLAGS`: both servers resolved and checked
+    together (resolver/deploy/disagg.py), then written with the router: each server's node commands
+    and the router's line, or Kubernetes objects, or one Slurm batch job."""
+    from accord.resolver.deploy import disagg, k8s, slurm
     texts = {role: text for role, text in (("prefill", opts.prefill), ("decode", opts.decode)) if text is not None}
     try:
-        deployment = disagg.prepare_pd(parsed, facts, texts, launcher, opts.name)
+        deployment = disagg.prepare_pd(parsed, facts, texts, launcher, opts.name,
+                                       for_scheduler=opts.emit != "commands")
     except ConflictError as err:
         return print_conflict(err, False, parsed=parsed)
-    sys.stdout.write(disagg.render_commands(deployment))
+    if opts.emit == "k8s":
+        text = k8s.render_pd(deployment, opts.image)
+    elif opts.emit == "slurm":
+        text = slurm.render_pd(deployment)
+    else:
+        text = disagg.render_commands(deployment)
+    sys.stdout.write(text)
     return 0
 
 

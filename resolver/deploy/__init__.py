@@ -9,7 +9,8 @@ so every node runs exactly what Accord resolved:
 - `nodes`: the rank of the node a launch runs on, and the per-node launches;
 - `k8s`: a LeaderWorkerSet and the Service of its leader, as YAML;
 - `slurm`: an sbatch script, one srun task per node;
-- `disagg`: prefill and decode servers resolved as one deployment, behind the router.
+- `disagg`: prefill and decode servers resolved as one deployment, behind the router (written as
+  commands, or by `k8s` and `slurm` like one launch).
 
 Nothing here knows SGLang's flag names: they are read from rules/deploy/.
 """

@@ -8,6 +8,12 @@ garbage. Here each role is resolved as its own launch (the common flags, the rol
 the mode setting naming the role; multi-node roles go through resolver/deploy/plan.py like any
 launch), then the cross-role rules of rules/deploy/<system>.yaml (`disaggregation:`) are checked,
 and the router command that fronts the two is added.
+
+Written three ways, each from the same resolution: plain commands (`render_commands`, placeholder
+hosts), Kubernetes (resolver/deploy/k8s.py `render_pd`: one LeaderWorkerSet and leader Service per
+role, the router as a Deployment and its Service, the router's URLs the roles' Service names) and
+Slurm (resolver/deploy/slurm.py `render_pd`: one job whose first nodes run prefill and the rest
+decode, the router on the batch host). Names: `<name>-prefill`, `<name>-decode`, `<name>-router`.
 """
 
 from __future__ import annotations
@@ -17,11 +23,12 @@ import shlex
 from typing import Any, Mapping, Sequence
 
 from accord.resolver.commandline.flagparse import ParsedFlags, parse_flags
-from accord.resolver.deploy.plan import Deployment, prepare
+from accord.resolver.deploy.plan import MAX_NAME, Deployment, check_name, default_name, prepare
 from accord.resolver.deploy.spec import DeploySpec, load_deploy_spec
 from accord.resolver.errors import EXIT_CONFLICT, AccordError, UsageError
 
 ROLE_HOST = "{ROLE}_HOST"  # placeholder host of a role's node 0 in the router's URLs
+ROUTER = "router"          # the router's part of a deployment's names (<name>-router)
 
 
 class CrossRoleConflict(AccordError):
@@ -34,7 +41,8 @@ class CrossRoleConflict(AccordError):
 class PDDeployment:
     spec: DeploySpec
     roles: tuple[tuple[str, Deployment], ...]   # (role, its deployment), in the spec's role order
-    router: tuple[str, ...]                      # the router's command words
+    router: tuple[str, ...]                      # the router's command words (placeholder hosts)
+    name: str                                    # the deployment's name; each role's is <name>-<role>
 
     def role(self, name: str) -> Deployment:
         return dict(self.roles)[name]
@@ -73,12 +81,28 @@ def prepare_pd(parsed: ParsedFlags, facts: Mapping[str, Any], texts: Mapping[str
         wanted = " ".join(f"--{r} FLAGS" for r in missing)
         raise UsageError(f"a disaggregated deployment needs every role: add {wanted} (an empty string "
                          f"for the common flags alone, e.g. --{missing[0]} '').")
+    base = pd_name(spec, parsed, name)
     roles = []
     for role in pd["roles"]:
         flags = role_flags(spec, parsed, role, texts[role])
-        roles.append((role, prepare(flags, facts, launcher, f"{name}-{role}" if name else None, for_scheduler)))
+        roles.append((role, prepare(flags, facts, launcher, f"{base}-{role}", for_scheduler)))
     check_roles(spec, roles, facts)
-    return PDDeployment(spec, tuple(roles), tuple(router_command(spec, roles)))
+    return PDDeployment(spec, tuple(roles), tuple(router_command(spec, roles)), base)
+
+
+def pd_name(spec: DeploySpec, parsed: ParsedFlags, typed: str | None) -> str:
+    """The deployment's name: the typed one, else <prefix>-<model>, short enough for the longest
+    of `<name>-<role>` and `<name>-router` to be a usable deployment name."""
+    longest = max(len(part) for part in (*spec.disaggregation["roles"], ROUTER)) + 1
+    if typed is None:
+        base = default_name(parsed.user.get(spec.name("model")), spec.deployment["name_prefix"])
+        return base[:MAX_NAME - longest].rstrip("-")
+    check_name(typed)
+    if len(typed) > MAX_NAME - longest:
+        raise UsageError(f"--name {typed!r} is too long for a disaggregated deployment: its parts are named "
+                         f"<name>-{'|'.join((*spec.disaggregation['roles'], ROUTER))}, so the name has at most "
+                         f"{MAX_NAME - longest} characters, e.g. --name llm-pd.")
+    return typed
 
 
 def check_roles(spec: DeploySpec, roles: Sequence[tuple[str, Deployment]], facts: Mapping[str, Any]) -> None:
@@ -118,19 +142,34 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def router_command(spec: DeploySpec, roles: Sequence[tuple[str, Deployment]]) -> list[str]:
+def router_command(spec: DeploySpec, roles: Sequence[tuple[str, Deployment]],
+                   hosts: Mapping[str, str] | None = None) -> list[str]:
     """`launch_router --pd-disaggregation --prefill URL BOOTSTRAP --decode URL --host --port`; each
-    URL is the role's node 0 (a placeholder host the operator or the scheduler fills in)."""
+    URL is the role's node 0: `hosts[role]` (a Service name, a shell variable) or a placeholder host
+    the operator fills in."""
     pd = spec.disaggregation
     router = pd["router"]
     words = [*shlex.split(router["launcher"]), "--pd-disaggregation"]
     for role, dep in roles:
-        url = f"http://{ROLE_HOST.format(ROLE=role.upper())}:{dep.port}"
+        host = (hosts or {}).get(role) or ROLE_HOST.format(ROLE=role.upper())
+        url = f"http://{host}:{dep.port}"
         words += [f"--{role}", url]
         if role == pd["roles"][0]:
             words.append(str(dep.leader.config.values[pd["bootstrap_port"]]))
     words += ["--host", str(spec.deployment["host"]), "--port", str(router["port"])]
     return words
+
+
+def router_launcher_length(spec: DeploySpec) -> int:
+    """How many of the router's command words are its launcher (the rest are its arguments)."""
+    return len(shlex.split(spec.disaggregation["router"]["launcher"]))
+
+
+def bootstrap_port(pd: PDDeployment) -> int:
+    """The port of the first role's (prefill's) bootstrap server, which the decode servers reach."""
+    spec = pd.spec
+    first = spec.disaggregation["roles"][0]
+    return int(pd.role(first).leader.config.values[spec.disaggregation["bootstrap_port"]])
 
 
 def render_commands(pd: PDDeployment) -> str:

@@ -5,6 +5,11 @@ job's node list names node 0 (`scontrol show hostnames` lists it first), which i
 Each task runs the command Accord resolved for its node through `bash -c`, so the two variables are
 read on the node that runs it; every other word is quoted as written. The script passes `bash -n`
 (and shellcheck) and has no timestamps: same inputs, same bytes.
+
+A prefill/decode deployment (`render_pd`) is one job of every role's nodes, the first ones prefill's:
+each role runs as an srun step restricted to its own nodes, whose rank is the task's index in that
+step (SLURM_PROCID, one task per node) and whose rendezvous host is the role's first node; the
+router runs on the batch host (job node 0).
 """
 
 from __future__ import annotations
@@ -17,17 +22,24 @@ from accord.resolver.deploy.plan import Deployment
 LEADER_VAR = "ACCORD_NODE0_HOST"  # the script's own variable: node 0's host name
 
 
-def render(deployment: Deployment) -> str:
+def _inner(deployment: Deployment, rank_var: str, host_var: str) -> str:
+    """The command Accord resolved for every node, one option a line, for a single-quoted `bash -c`:
+    the rank is the node's `rank_var`, the rendezvous host `host_var` (read on the node)."""
     spec, leader = deployment.spec, deployment.leader
-    slurm = spec.deployment["slurm"]
-    rank_var = slurm["rank_env"]
     marks = {spec.name("rank"): "\0RANK\0"} if deployment.nnodes > 1 else {}
     if deployment.init_port is not None:
         marks[spec.name("init_addr")] = "\0ADDR\0"
     groups = command_groups(leader.launch, marks, shlex.quote)
     inner = " \\\n  ".join(" ".join(group) for group in groups)  # one option a line
     inner = inner.replace("\0RANK\0", f'"${{{rank_var}}}"')
-    inner = inner.replace("\0ADDR\0", f'"${{{LEADER_VAR}}}:{deployment.init_port}"')
+    return inner.replace("\0ADDR\0", f'"${{{host_var}}}:{deployment.init_port}"')
+
+
+def render(deployment: Deployment) -> str:
+    spec, leader = deployment.spec, deployment.leader
+    slurm = spec.deployment["slurm"]
+    rank_var = slurm["rank_env"]
+    inner = _inner(deployment, rank_var, LEADER_VAR)
     task = "\nexec " + inner + "\n"
     n = deployment.nnodes
     lines = [
@@ -55,5 +67,87 @@ def render(deployment: Deployment) -> str:
               "# shellcheck disable=SC2016",
               f"srun --nodes={n} --ntasks={n} --ntasks-per-node=1 --kill-on-bad-exit=1 \\",
               f"  bash -c {shlex.quote(task)}",
+              ""]
+    return "\n".join(lines)
+
+
+HOSTS_VAR = "ACCORD_HOSTS"  # the script's own array: the job's hosts, node 0 first
+
+
+def _role_var(role: str, what: str) -> str:
+    return f"ACCORD_{role.upper()}_{what}"
+
+
+def render_pd(pd) -> str:
+    """A disaggregated deployment as one batch job: the first nodes of the job run the first role's
+    server (prefill), the next ones the second's (decode), each as a job step of one task per node
+    with its own rank (the step's task index); the router runs on the batch host, with each role's
+    node 0 as that role's URL. The job ends when the first of them ends."""
+    from accord.resolver.deploy.disagg import router_command
+
+    spec = pd.spec
+    slurm = spec.deployment["slurm"]
+    rank_var = slurm["step_rank_env"]
+    total = sum(dep.nnodes for _, dep in pd.roles)
+    gpus = max(dep.gpus_per_node for _, dep in pd.roles)
+    first = pd.roles[0][1]
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={pd.name}",
+        f"#SBATCH --nodes={total}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --gpus-per-node={gpus}",
+        "#SBATCH --exclusive",
+        f"# Written by `accord launch --emit slurm --prefill ... --decode ...` for {first.upstream} {first.release}: "
+        f"a prefill/decode disaggregated deployment on {total} node(s), one job step per server and the router.",
+        f"# Every node runs the command Accord resolved for it; only --node-rank differs (${rank_var}, the "
+        f"task's index in its server's step).",
+        "# Both servers were resolved together: model, page size, KV dtype and transfer backend agree.",
+    ]
+    start = 0
+    for role, dep in pd.roles:
+        lines.append(f"# {role}: job nodes {start}..{start + dep.nnodes - 1}, {dep.gpus_per_node} GPU(s) each, "
+                     f"HTTP port {dep.port}; resolved config hash (node 0) {dep.leader.config.hash[:16]}")
+        if dep.gpus_per_node < gpus:
+            lines.append(f"# {role} note: uses {dep.gpus_per_node} of the {gpus} GPUs the job asks for per node")
+        lines += [f"# {role} note: {line}" for line in dep.notes]
+        lines += [f"# {role} warning: {line}" for line in dep.warnings()]
+        start += dep.nnodes
+    router = spec.disaggregation["router"]
+    lines += [f"# Clients send requests to the router: this script's host (job node 0), port {router['port']}.",
+              "set -euo pipefail", "",
+              f'mapfile -t {HOSTS_VAR} < <(scontrol show hostnames "${slurm["nodelist_env"]}")']
+    start = 0
+    for role, dep in pd.roles:
+        nodes_var, host_var = _role_var(role, "NODES"), _role_var(role, "HOST")
+        lines += [f'{nodes_var}="$(IFS=,; echo "${{{HOSTS_VAR}[*]:{start}:{dep.nnodes}}}")"',
+                  f'{host_var}="${{{HOSTS_VAR}[{start}]}}"',
+                  f"export {host_var}"]
+        start += dep.nnodes
+    for role, dep in pd.roles:
+        env = "".join(f"export {name}={shlex.quote(str(value))}\n" for name, value in sorted(dep.leader.launch.env.items()))
+        task = "\n" + env + "exec " + _inner(dep, rank_var, _role_var(role, "HOST")) + "\n"
+        n = dep.nnodes
+        lines += ["",
+                  f"# {role} server. Single quotes on purpose: each node's own shell expands ${rank_var}.",
+                  "# shellcheck disable=SC2016",
+                  f'srun --nodes={n} --ntasks={n} --ntasks-per-node=1 --nodelist="${{{_role_var(role, "NODES")}}}" '
+                  f"--kill-on-bad-exit=1 \\",
+                  f"  bash -c {shlex.quote(task)} &"]
+    marks = {role: f"\0{role}\0" for role, _ in pd.roles}
+    words = []
+    for word in router_command(spec, pd.roles, marks):
+        role = next((r for r in marks if marks[r] in word), None)
+        if role is None:
+            words.append(shlex.quote(word))
+        else:  # a role's URL (http://HOST:PORT): double quotes, so this shell expands the host
+            words.append('"' + word.replace(marks[role], f"${{{_role_var(role, 'HOST')}}}") + '"')
+    words = " ".join(words)
+    lines += ["",
+              "# the router, on this host",
+              words + " &",
+              "",
+              "# the job ends when the first of the servers or the router ends (Slurm stops the others)",
+              "wait -n",
               ""]
     return "\n".join(lines)

