@@ -150,43 +150,40 @@ def emit_deployment(opts: argparse.Namespace, parsed, facts) -> int:
     if opts.image and opts.emit != "k8s":
         raise UsageError(f"--image names the container image of --emit k8s; --emit {opts.emit} runs the "
                          f"launcher installed on the nodes. Drop --image, or give --launcher.")
-    from accord.resolver.deploy import k8s, plan, shell, slurm
     launcher = check_launcher(shlex.split(opts.launcher)) if opts.launcher is not None else None
-    if opts.prefill is not None or opts.decode is not None:
-        return emit_disaggregated(opts, parsed, facts, launcher)
+    disaggregated = opts.prefill is not None or opts.decode is not None
     try:
-        deployment = plan.prepare(parsed, facts, launcher, opts.name, for_scheduler=opts.emit != "commands")
+        deployment = (_prepare_disaggregated(opts, parsed, facts, launcher) if disaggregated else
+                      _prepare_nodes(opts, parsed, facts, launcher))
     except ConflictError as err:
         return print_conflict(err, False, parsed=parsed)
-    if opts.emit == "k8s":
-        text = k8s.render(deployment, opts.image)
-    elif opts.emit == "slurm":
-        text = slurm.render(deployment)
-    else:
-        text = shell.render(deployment)
-    sys.stdout.write(text)
+    sys.stdout.write(_render(opts.emit, disaggregated, deployment, opts.image))
     return 0
 
 
-def emit_disaggregated(opts: argparse.Namespace, parsed, facts, launcher) -> int:
-    """`--emit commands|k8s|slurm --prefill FLAGS --decode FLAGS`: both servers resolved and checked
-    together (resolver/deploy/disagg.py), then written with the router: each server's node commands
-    and the router's line, or Kubernetes objects, or one Slurm batch job."""
-    from accord.resolver.deploy import disagg, k8s, slurm
+def _prepare_nodes(opts: argparse.Namespace, parsed, facts, launcher):
+    """One server over its nodes: every node resolved (resolver/deploy/plan.py)."""
+    from accord.resolver.deploy import plan
+    return plan.prepare(parsed, facts, launcher, opts.name, for_scheduler=opts.emit != "commands")
+
+
+def _prepare_disaggregated(opts: argparse.Namespace, parsed, facts, launcher):
+    """`--prefill FLAGS --decode FLAGS`: both servers resolved and checked together
+    (resolver/deploy/disagg.py), to be written with the router."""
+    from accord.resolver.deploy import disagg
     texts = {role: text for role, text in (("prefill", opts.prefill), ("decode", opts.decode)) if text is not None}
-    try:
-        deployment = disagg.prepare_pd(parsed, facts, texts, launcher, opts.name,
-                                       for_scheduler=opts.emit != "commands")
-    except ConflictError as err:
-        return print_conflict(err, False, parsed=parsed)
-    if opts.emit == "k8s":
-        text = k8s.render_pd(deployment, opts.image)
-    elif opts.emit == "slurm":
-        text = slurm.render_pd(deployment)
-    else:
-        text = disagg.render_commands(deployment)
-    sys.stdout.write(text)
-    return 0
+    return disagg.prepare_pd(parsed, facts, texts, launcher, opts.name, for_scheduler=opts.emit != "commands")
+
+
+def _render(emit: str, disaggregated: bool, deployment, image: str | None) -> str:
+    """The deployment in the chosen form: node commands (with the router's line for a disaggregated
+    one), Kubernetes objects, or one Slurm batch job."""
+    from accord.resolver.deploy import disagg, k8s, shell, slurm
+    if emit == "k8s":
+        return k8s.render_pd(deployment, image) if disaggregated else k8s.render(deployment, image)
+    if emit == "slurm":
+        return slurm.render_pd(deployment) if disaggregated else slurm.render(deployment)
+    return disagg.render_commands(deployment) if disaggregated else shell.render(deployment)
 
 
 def config_file(launch: Launch, path: str) -> str:
