@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from accord.resolver import api
 from accord.resolver import cli
+from accord.resolver.commandline.releases import release_catalog
 from accord.resolver.commands.resolve import resolve_command
 from accord.resolver.language.catalog import RULES_DIR, load_catalog
 from tests.test_properties import _relevant_flags
@@ -80,8 +81,24 @@ def _round_trip(system: str, base: list[str], flags: list[str], fmt: str, nulls:
 
 
 def _finite_flags(system: str) -> dict[str, list]:
-    return {name: values for name, values in _relevant_flags(system).items()
-            if not (load_catalog(system)[name].deprecated or {})}
+    """Flags and values to type: not deprecated, and parsed by the release the rules follow (a
+    seed-only flag such as --cuda-graph-tc-compiler, or a seed-only value such as
+    --attention-backend cutlass_mla, is refused on the command line before anything resolves)."""
+    catalog = load_catalog(system)
+    releases = release_catalog(system)
+    flags = {}
+    for name, values in _relevant_flags(system).items():
+        if catalog[name].deprecated:
+            continue
+        action = releases.action(releases.newest, catalog[name].primary) if releases is not None else {}
+        if action is None:
+            continue
+        choices = [str(choice) for choice in action.get("choices") or ()]
+        kept = [value for value in values
+                if not choices or value is None or isinstance(value, bool) or str(value) in choices]
+        if kept:
+            flags[name] = kept
+    return flags
 
 
 def commands(system: str):
