@@ -3,8 +3,8 @@
 The reference algorithm (resolver/solving/core.py) computes every answer from the rules, the set
 flags and the facts; resolver/solving/cache.py keeps those answers between questions. This prints,
 for the questions Accord asks most, the median wall and CPU time with the layer on (warmed by one
-run first, as in a session that asked before) and off (`cache.uncached()`: every answer computed,
-and `Nearby`'s and `Pinning`'s questions answered by full solves, resolver/solving/reference.py):
+run first, as in a session that asked before) and off (`cache.uncached()`: the same code, every
+answer computed afresh and nothing kept between questions):
 
 - hot resolve of a typical llm launch (benchmarks/bench_resolve.py's TYPICAL, h100);
 - a conflict with its minimal explanation and verified fixes (bench_resolve.py's CONFLICT, b200);

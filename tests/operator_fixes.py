@@ -18,8 +18,8 @@ import yaml
 
 from accord.resolver import api
 from accord.resolver.commandline.flagparse import parse_flags
+from accord.resolver.explaining.ranking import preferences_for, speed_rank
 from accord.resolver.facts.machine import load_facts
-from accord.resolver.solving.preference import preferences_for, speed_rank
 from accord.resolver.solving.solve import Env
 
 ROOT = Path(__file__).resolve().parent.parent

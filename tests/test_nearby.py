@@ -15,10 +15,7 @@ from accord.resolver.commandline.flagparse import parse_flags
 from accord.resolver.explaining.diagnose import find_conflicts
 from accord.resolver.explaining.explain import minimal_rules
 from accord.resolver.explaining.fixes import MAX_FIXES, PER_FLAG, _proposals, _size_flag, find_fixes
-from accord.resolver.facts.machine import load_facts
-from accord.resolver.solving import reference
-from accord.resolver.solving.nearby import Nearby, nearby_for
-from accord.resolver.solving.preference import (
+from accord.resolver.explaining.ranking import (
     FixFacts,
     checkpoint_set,
     distance,
@@ -29,7 +26,10 @@ from accord.resolver.solving.preference import (
     pick,
     slowness,
 )
+from accord.resolver.facts.machine import load_facts
+from accord.resolver.solving.nearby import Nearby, nearby_for
 from accord.resolver.solving.solve import Env
+from tests import reference_solver as reference
 
 # Conflicting launches of different kinds: a fact-bound backend, a size over the GPUs, a pair of
 # flags that must come together, a value that needs a decision changed.

@@ -1,4 +1,4 @@
-"""The one preference ranking (resolver/solving/preference.py, data in rules/preferences/): the
+"""The one preference ranking (resolver/explaining/ranking.py, data in rules/preferences/): the
 answers an operator would apply, and every place that picks one answer following it.
 
 Each "follows the ranking" test changes the preference data (upstream's fastest-first orders
@@ -16,17 +16,17 @@ import pytest
 
 from accord.resolver import api
 from accord.resolver.cli import main
+from accord.resolver.explaining import ranking as preference
 from accord.resolver.explaining.diagnose import find_conflicts
-from accord.resolver.exploring import dryrun, matrix
-from accord.resolver.facts.machine import load_facts, load_preset
-from accord.resolver.solving import preference
-from accord.resolver.solving.preference import (
+from accord.resolver.explaining.ranking import (
     SpeedOrder,
     check_preferences,
     kv_floor_holds,
     nearer_sizes,
     preferences_for,
 )
+from accord.resolver.exploring import dryrun, matrix
+from accord.resolver.facts.machine import load_facts, load_preset
 from tests.operator_fixes import MODELS, cases, judge
 
 LLAMA_70B = str(MODELS / "meta-llama" / "Llama-3.1-70B-Instruct")

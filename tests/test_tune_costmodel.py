@@ -172,3 +172,16 @@ def test_same_inputs_same_prediction():
     a = predict_launch("llm", {"model_path": LLAMA_8B}, facts, Workload(256, 64, burst=100), model)
     b = predict_launch("llm", {"model_path": LLAMA_8B}, facts, Workload(256, 64, burst=100), model)
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def test_spread_output_lengths_drain_a_burst_no_faster_than_fixed_ones():
+    # Same mean lengths: a burst ends when its longest request ends, so the wider the spread of
+    # output lengths, the longer the drain (fixed <= uniform <= exponential); a steady open loop
+    # that is not short of KV room serves the offered rate whatever the spread.
+    figures = [predict(LLAMA_8B, {}, Workload(256, 256, burst=2000, lengths=kind), gpus=1)["throughput_tok_s"]
+               for kind in ("fixed", "uniform", "exponential")]
+    assert figures[0] > figures[1] > figures[2]
+    light = [predict(LLAMA_8B, {}, Workload(256, 256, request_rate=2.0, lengths=kind), gpus=1)["throughput_tok_s"]
+             for kind in ("fixed", "exponential")]
+    assert light[0] == light[1] == pytest.approx(2.0 * 256)
+    assert Workload(1, 1).lengths == "fixed"      # the command's workloads: fixed lengths, as before

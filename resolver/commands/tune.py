@@ -48,6 +48,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tpot-ms", type=_positive_float, metavar="Y", help="SLA: time per output token")
     parser.add_argument("--top", type=_positive_int, default=5, metavar="N", help="candidates to show (default 5)")
     parser.add_argument("--json", action="store_true", help="print JSON for tools")
+    parser.add_argument("--max-nodes", type=_positive_int, default=1, metavar="N",
+                        help="also search launches over 2 .. N machines like this one (--nnodes; default 1)")
     parser.add_argument("--allow-quantization", action="store_true",
                         help="let the search quantize the weights (--quantization); off by default")
     parser.add_argument("--calibration", metavar="FILE",
@@ -114,6 +116,9 @@ def _tune(argv: list[str]) -> int:
         raise UsageError(f"tune needs the model's config.json to predict anything, and nothing holds it for "
                          f"--model-path {model_path}: {model_note(model_path, parsed.system, revision)}")
     measuring = opts.measure is not None
+    if measuring and opts.max_nodes > 1:
+        raise UsageError("--measure serves candidates on this machine, which cannot run a launch over several "
+                         "nodes; drop --max-nodes, or --measure.")
     facts = load_facts(opts.facts, opts.fact, model_path=model_path, system=parsed.system, revision=revision)
     if measuring:  # candidates must be ones Accord's own engine runs
         from accord.resolver.commands.serve import ENGINE_FACTS
@@ -125,7 +130,8 @@ def _tune(argv: list[str]) -> int:
         # Measuring ranks only candidates whose predicted throughputs differ by more than
         # MEASURABLE_GAP: closer ones would measure noise against each other.
         beam = {"verify": max(opts.top, 12, 10 * (opts.measure or 0)), "distinct": MEASURABLE_GAP if measuring else 0}
-        result = tune(parsed.system, parsed.user, facts, workload, sla, opts.allow_quantization, costs, beam)
+        result = tune(parsed.system, parsed.user, facts, workload, sla, opts.allow_quantization, costs, beam,
+                      opts.max_nodes)
     except ConflictError as err:
         return resolve_cmd.print_conflict(err, opts.json, parsed=parsed)
     report = None
@@ -158,7 +164,9 @@ def render(result: TuneResult, top: int) -> str:
     lines = [f"# accord tune: {result.device}, {w.describe()}; "
              + (f"SLA ttft<={result.sla.max_ttft_ms} ms tpot<={result.sla.max_tpot_ms} ms" if result.sla
                 else "Pareto frontier of tok/s per GPU vs tok/s per user")]
-    head = f"{'#':>4} {'tok/s':>9} {'/GPU':>8} {'/user':>7} {'TTFT ms':>9} {'TPOT ms':>8} {'GPUs':>4} {'fits':>6}  flags"
+    many = result.max_nodes > 1   # the node count is a column only when the search varied it
+    head = (f"{'#':>4} {'tok/s':>9} {'/GPU':>8} {'/user':>7} {'TTFT ms':>9} {'TPOT ms':>8} {'GPUs':>4}"
+            + (f" {'nodes':>5}" if many else "") + f" {'fits':>6}  flags")
     lines.append(head)
     rows = [(f"{i}{'*' if c.predicted.get('pareto') else ''}", c) for i, c in enumerate(result.candidates[:top], 1)]
     rows.append(("base", result.baseline))
@@ -175,7 +183,8 @@ def render(result: TuneResult, top: int) -> str:
         own = c.argv[len(result.user_argv):]
         lines.append(f"{label:>4} {p['throughput_tok_s']:>9.0f} {p['throughput_per_gpu']:>8.0f} "
                      f"{p['tok_s_per_user']:>7.1f} {ttft:>9} {p['tpot_ms']:>8.2f} {p['gpus']:>4} "
-                     f"{p['concurrency_fits']:>6}  {shlex.join(own) or '(the command as typed)'}")
+                     + (f"{c.nodes:>5} " if many else "")
+                     + f"{p['concurrency_fits']:>6}  {shlex.join(own) or '(the command as typed)'}")
         own_warnings = [_warning_id(w) for w in c.warnings if w not in common]
         if own_warnings:
             lines.append(f"{'':>6}warns: {', '.join(own_warnings)}")
@@ -192,5 +201,14 @@ def render(result: TuneResult, top: int) -> str:
     if result.versus:
         lines.append(f"why #1: {result.versus}")
     if result.candidates:
-        lines.append(f"#1 launch: {shlex.join(result.candidates[0].argv)}")
+        lines += launch_lines(result.candidates[0])
     return "\n".join(lines)
+
+
+def launch_lines(winner) -> list[str]:
+    """The winner's launch command; over several nodes, each node's (and what to fill in)."""
+    if not winner.node_argv:
+        return [f"#1 launch: {shlex.join(winner.argv)}"]
+    lines = [f"#1 launch, node {rank} of {len(winner.node_argv)}: {shlex.join(argv)}"
+             for rank, argv in enumerate(winner.node_argv)]
+    return lines + ([f"fill in: {winner.fill_in}"] if winner.fill_in else [])

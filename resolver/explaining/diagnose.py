@@ -16,10 +16,10 @@ from typing import Any, Mapping
 
 from accord.resolver.explaining.explain import minimal_flags, minimal_rules
 from accord.resolver.explaining.fixes import Fix, combine, find_fixes, hint_fix
+from accord.resolver.explaining.ranking import fix_allowed
 from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruletypes import Rule
 from accord.resolver.solving.nearby import nearby_for, seed_from_all
-from accord.resolver.solving.preference import fix_allowed
 from accord.resolver.solving.solve import Env, Plan
 
 MAX_COMBINATIONS = 64     # combined-fix candidates tried before falling back to fixing in rounds

@@ -12,7 +12,7 @@ from three places:
 - the unset flags the violated rules read: each value of their finite domain.
 
 A fix never drops or swaps the served model and never adds a checkpoint fact (its quantization);
-the verified ones are ranked by the one preference ranking of resolver/solving/preference.py (the
+the verified ones are ranked by the one preference ranking of resolver/explaining/ranking.py (the
 KV-cache floor, fewest changed flags, the rule's own hint, no new warning, typed values kept,
 upstream's fastest backend, the nearest value). `--relax` applies the best one, and several
 conflicts get one combined fix that is verified as a whole.
@@ -24,10 +24,7 @@ import dataclasses
 import json
 from typing import Any, Mapping
 
-from accord.resolver.language.expr_runtime import UnknownFact
-from accord.resolver.language.ruletypes import Rule
-from accord.resolver.solving.nearby import Nearby, Neighbour, nearby_for
-from accord.resolver.solving.preference import (
+from accord.resolver.explaining.ranking import (
     FixFacts,
     checkpoint_set,
     distance,
@@ -40,6 +37,9 @@ from accord.resolver.solving.preference import (
     rank,
     slowness,
 )
+from accord.resolver.language.expr_runtime import UnknownFact
+from accord.resolver.language.ruletypes import Rule
+from accord.resolver.solving.nearby import Nearby, Neighbour, nearby_for
 from accord.resolver.solving.solve import Env, Plan, RelaxedValues
 
 MAX_FIXES = 5
@@ -118,7 +118,7 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
 
     The candidates a fix may not be (one dropping or swapping the served model, or adding a
     checkpoint fact) are left out, and the rest are ranked by the one preference ranking
-    (resolver/solving/preference.py `fix_key`: KV floor, size, the rule's own hint, no new
+    (resolver/explaining/ranking.py `fix_key`: KV floor, size, the rule's own hint, no new
     warning, fastest backend, typed values kept, nearest value, proposal order).
 
     A rule's declared alternatives (a `fix:` list) are verified first and keep their declared order:

@@ -51,17 +51,34 @@ class Launch:
     fp8: bool
     eager_above: int          # batches above this run without CUDA graphs (0: always eager)
     mixed_chunk: bool = False  # prefill chunks ride in decode steps (SGLang --enable-mixed-chunk)
+    nodes: int = 1            # machines the launch spans
+    tp_per_node: int = 0      # ranks of one tensor-parallel group on one node (0: the whole group)
 
     @property
     def weights_gpu(self) -> float:
         return self.w_dense_gpu + self.w_exp_gpu
 
+    def crosses(self, group: int) -> bool:
+        """A group of `group` consecutive tensor-parallel ranks (the TP group, an attention group
+        under DP attention, an expert-parallel group) spans more than one node."""
+        return self.nodes > 1 and 0 < self.tp_per_node < group
+
+    @property
+    def pp_hops(self) -> int:
+        """Pipeline stage boundaries that cross from one node to the next."""
+        return min(self.pp, self.nodes) - 1 if self.nodes > 1 and self.pp > 1 else 0
+
 
 def _layout(role: Callable[[str], Any]) -> dict[str, Any]:
+    """The parallel sizes. Over several nodes the pipeline stages are spread over the nodes first,
+    and a TP group spans the nodes one stage gets (nodes // pp of them, at least one), its ranks
+    split evenly over them."""
     tp, dp, pp = int(role("tp") or 1), int(role("dp") or 1), int(role("pp") or 1)
     dpa = bool(role("dp_attention")) and dp > 1
+    nodes = max(1, int(role("nodes") or 1))
     return {"tp": tp, "dp": dp, "pp": pp, "ep": int(role("ep") or 1), "dpa": dpa,
-            "gpus": tp * pp * (1 if dpa else dp), "attn_tp": max(1, tp // dp) if dpa else tp}
+            "gpus": tp * pp * (1 if dpa else dp), "attn_tp": max(1, tp // dp) if dpa else tp,
+            "nodes": nodes, "tp_per_node": max(1, tp // max(1, nodes // pp)) if nodes > 1 else 0}
 
 
 def _weights(data: Mapping[str, Any], derived: Callable[[str], Any], facts: Mapping[str, Any],
@@ -109,15 +126,16 @@ def _memory(role: Callable[[str], Any], facts: Mapping[str, Any], weights_gpu: f
 
 
 def _running(data: Mapping[str, Any], role: Callable[[str], Any], kv_tokens: int, page: int,
-             input_len: int, output_len: int, admits: float) -> tuple[int, int]:
+             input_len: int, output_len: int, admits: float, biased: float = 1.0) -> tuple[int, int]:
     """(whole requests the KV room holds, requests that run at once per rank). Requests that run
     together are at different points of their output, so in steady state each holds its prompt and
-    a share (`admission.output_share`) of its output; the engine's scheduler admits `admits` of
-    what fits (it reserves room for growth); the running-request cap bounds it."""
+    a share (`admission.output_share`) of its output (`biased` times the mean where lengths vary:
+    long requests stay longer); the engine's scheduler admits `admits` of what fits (it reserves
+    room for growth); the running-request cap bounds it."""
     whole = math.ceil((input_len + output_len) / page) * page
     fits = kv_tokens // whole
     share = float(data["admission"]["output_share"])
-    held = math.ceil((input_len + share * output_len) / page) * page
+    held = math.ceil((input_len + share * output_len * biased) / page) * page
     cap = role("max_running")
     limit = max(1, fits, int(admits * kv_tokens / max(held, 1))) if fits else 0
     return fits, (min(limit, int(cap)) if cap else limit)
@@ -125,10 +143,11 @@ def _running(data: Mapping[str, Any], role: Callable[[str], Any], kv_tokens: int
 
 def launch_of(data: Mapping[str, Any], roles: Mapping[str, str], derived_names: Mapping[str, str],
               read: Callable[[str], Any], facts: Mapping[str, Any], input_len: int, output_len: int,
-              extra: Mapping[str, Any], admits: float = 1.0) -> Launch | None:
+              extra: Mapping[str, Any], admits: float = 1.0, biased: float = 1.0) -> Launch | None:
     """The launch `read` describes, for requests of these lengths (None: no KV room for one);
-    `admits`: the share of the KV room the serving engine's scheduler fills."""
-    role = lambda r: read(roles[r])
+    `admits`: the share of the KV room the serving engine's scheduler fills; `biased`: the mean
+    output length of a running request relative to the mean (Workload.spread)."""
+    role = lambda r: read(roles[r]) if r in roles else None
     derived = lambda r: read(derived_names[r])
     layout = _layout(role)
     experts = int(facts.get("model.moe_experts") or 0)
@@ -138,7 +157,7 @@ def launch_of(data: Mapping[str, Any], roles: Mapping[str, str], derived_names: 
     kv_token_gpu = _kv_per_token(data, role, facts, extra, layout, dtype_bytes)
     room, kv_tokens = _memory(role, facts, weights["w_dense_gpu"] + weights["w_exp_gpu"], kv_token_gpu)
     page = int(role("page") or 1)
-    fits, limit = _running(data, role, kv_tokens, page, input_len, output_len, admits)
+    fits, limit = _running(data, role, kv_tokens, page, input_len, output_len, admits, biased)
     if fits < 1:
         return None
     heads = int(facts.get("model.num_attention_heads") or 1)

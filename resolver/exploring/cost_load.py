@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Callable
 
 from accord.resolver.exploring.cost_launch import Launch
 from accord.resolver.exploring.cost_steps import Rates, decode_step, prefill_compute, prefill_time
@@ -37,9 +38,11 @@ class Served:
 class Server:
     """One launch serving requests of `input_len` prompt and `output_len` generated tokens."""
 
-    def __init__(self, l: Launch, r: Rates, input_len: int, output_len: int):
+    def __init__(self, l: Launch, r: Rates, input_len: int, output_len: int,
+                 spread: Callable[[float], tuple[float, float]] = lambda n: (1.0, 1.0)):
         self.l, self.r = l, r
         self.L, self.out = input_len, output_len
+        self.spread = spread      # how output lengths vary (Workload.spread)
         self.context = input_len + output_len / 2
         self.alone = prefill_time(l, r, input_len, input_len / 2)
         self.passes = max(1, math.ceil(input_len / l.chunk))
@@ -167,7 +170,10 @@ def burst(s: Server, requests: int) -> Served:
     held, tpot, service, parts = refilled(s, batch)
     rate = batch / held
     steady = max(0.0, n - batch) / rate
-    tail = s.out * step
+    # The last batch decodes out until its longest request ends; a step costs about a fixed part
+    # plus a part per running request, and the batch thins as requests end, so the tail is the
+    # steps of the mean request at the full batch plus the longest one's extra steps run nearly alone.
+    tail = s.out * (step + (s.spread(batch)[1] - 1.0) * s.token_time(1)[0])
     total = max(ramp + steady + tail, n / rate)   # never faster than the saturated server it drains through
     first = ramp / 2 + s.r.first_token_s
     ttft = (batch * first + max(0.0, n - batch) * (ramp + steady / 2 + service)) / n

@@ -30,6 +30,8 @@ class Rates:
     peak: float               # FLOP/s of the GEMMs' data type
     link: float               # bytes/s per direction for collectives
     latency_s: float          # per collective
+    node_link: float          # ... for collectives spanning nodes (never above `link`)
+    node_latency_s: float     # ... (never below `latency_s`)
     coll_eff: float
     weight_bw: float          # fraction of HBM bandwidth weight reads reach in decode
     attn_bw: float            # fraction of HBM bandwidth the decode attention backend reaches
@@ -89,11 +91,19 @@ def rates_of(data: Mapping[str, Any], dev: Mapping[str, Any], launch: Launch, fa
     layer = lambda key: launch.layers * float((dev.get("attention_layer_us") or {}).get(key, 0)) * 1e-6
     factors = engine_factors(data, engine)
     speed = float(family_speed.get(launch.family, 1.0))
+    link = (dev["nvlink_gb_s"] if nvlink else dev.get("pcie_gb_s") or 1) * 1e9
+    latency = dev.get("collective_latency_us", over["collective_latency_us"]["nvlink" if nvlink else "pcie"]) * 1e-6
+    # Between nodes: the slower of the node's own link and the one between nodes (per GPU).
+    node_nvlink = nvlink and dev.get("internode") == "nvlink"
+    node_bw = float(dev["nvlink_gb_s"] if node_nvlink else dev.get("ib_gb_s") or over["internode_gb_s"]) * 1e9
+    node_latency = over["collective_latency_us"]["nvlink" if node_nvlink else "ib"] * 1e-6
     return Rates(
         hbm=dev["hbm_gb_s"] * 1e9 / share,
         peak=dev["tflops"]["bf16"] * 1e12 * float(quant["compute"]) / share,
-        link=(dev["nvlink_gb_s"] if nvlink else dev.get("pcie_gb_s") or 1) * 1e9,
-        latency_s=dev.get("collective_latency_us", over["collective_latency_us"]["nvlink" if nvlink else "pcie"]) * 1e-6,
+        link=link,
+        latency_s=latency,
+        node_link=min(link, node_bw),
+        node_latency_s=max(latency, node_latency),
         coll_eff=over["collective_efficiency"],
         weight_bw=gemm["decode_bw"] * float(quant["weight_bw"]),
         attn_bw=eff.get(launch.family, eff["default"])["decode_bw"] * _page_efficiency(pages, launch.page),
@@ -116,24 +126,41 @@ def rates_of(data: Mapping[str, Any], dev: Mapping[str, Any], launch: Launch, fa
 
 # -- collectives ---------------------------------------------------------------------------------
 
-def all_reduce(r: Rates, n: int, nbytes: float) -> float:
-    return 0.0 if n <= 1 else r.latency_s + 2 * (n - 1) / n * nbytes / (r.link * r.coll_eff)
+def _over(r: Rates, across: bool) -> tuple[float, float]:
+    """(bytes/s, latency) of a collective within one node, or spanning nodes."""
+    return (r.node_link, r.node_latency_s) if across else (r.link, r.latency_s)
 
 
-def all_to_all(r: Rates, n: int, nbytes: float) -> float:
-    return 0.0 if n <= 1 else r.latency_s + (n - 1) / n * nbytes / (r.link * r.coll_eff)
+def all_reduce(r: Rates, n: int, nbytes: float, across: bool = False) -> float:
+    link, latency = _over(r, across)
+    return 0.0 if n <= 1 else latency + 2 * (n - 1) / n * nbytes / (link * r.coll_eff)
+
+
+def all_to_all(r: Rates, n: int, nbytes: float, across: bool = False) -> float:
+    link, latency = _over(r, across)
+    return 0.0 if n <= 1 else latency + (n - 1) / n * nbytes / (link * r.coll_eff)
+
+
+def stage_sends(l: Launch, r: Rates, nbytes: float) -> float:
+    """Seconds of the pipeline handing `nbytes` of activations across the node boundaries it
+    crosses (within a node the send hides behind the stages' work)."""
+    return l.pp_hops * (r.node_latency_s + nbytes / (r.node_link * r.coll_eff)) if l.pp_hops else 0.0
 
 
 def collectives(l: Launch, r: Rates, tokens: float) -> float:
     """Seconds of one forward pass's collectives for `tokens` tokens per rank: an all-reduce after
     attention, and after the MLP either an all-reduce or, under expert parallelism, an all-to-all
-    dispatch and combine of each token's top-k activations."""
+    dispatch and combine of each token's top-k activations; a group spanning nodes runs at the link
+    between them; with the pipeline's sends across nodes (per stage, as the step adds up stages)."""
     msg = tokens * l.hidden * l.dtype_bytes
     per_stage = l.layers / l.pp
-    comm = per_stage * all_reduce(r, l.attn_tp if l.dpa else l.tp, msg)
+    attn = l.attn_tp if l.dpa else l.tp
+    comm = per_stage * all_reduce(r, attn, msg, l.crosses(attn))
+    if l.pp_hops:
+        comm += stage_sends(l, r, msg) / l.pp
     if l.ep > 1 and l.experts:
-        return comm + per_stage * 2 * all_to_all(r, l.ep, msg * l.topk)
-    return comm + per_stage * all_reduce(r, l.tp, msg)
+        return comm + per_stage * 2 * all_to_all(r, l.ep, msg * l.topk, l.crosses(l.ep))
+    return comm + per_stage * all_reduce(r, l.tp, msg, l.crosses(l.tp))
 
 
 # -- MoE -----------------------------------------------------------------------------------------
@@ -191,7 +218,9 @@ def prefill_compute(l: Launch, r: Rates, tokens: float, span: float) -> float:
     _, t_exp = moe_costs(l, r, tokens) if l.experts else (0.0, 0.0)
     t_gemm = 2 * l.p_dense_active * tokens / l.tp / (r.peak * r.gemm_flops) + t_exp * l.pp
     t_attn = 4 * l.layers * l.heads * l.head_dim * tokens * span / l.attn_tp / (r.peak * r.attn_flops)
-    return (t_gemm + t_attn + 2 * l.layers * all_reduce(r, l.tp, tokens * l.hidden * l.dtype_bytes)) * r.prefill_factor
+    msg = tokens * l.hidden * l.dtype_bytes
+    comm = 2 * l.layers * all_reduce(r, l.tp, msg, l.crosses(l.tp)) + stage_sends(l, r, msg)
+    return (t_gemm + t_attn + comm) * r.prefill_factor
 
 
 def prefill_time(l: Launch, r: Rates, tokens: float, span: float) -> float:

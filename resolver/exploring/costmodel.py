@@ -29,6 +29,7 @@ from accord.resolver.language.catalog import RULES_DIR
 from accord.resolver.language.yamlcache import read_yaml_files
 
 COSTS_FILE = "data/costs.yaml"
+LENGTHS = ("fixed", "uniform", "exponential")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +43,17 @@ class Workload:
     concurrency: int | None = None
     request_rate: float | None = None
     burst: int | None = None
+    lengths: str = "fixed"    # how output lengths spread around output_len (the mean): LENGTHS
+
+    def spread(self, n: float) -> tuple[float, float]:
+        """(mean output length of a request caught running, expected longest of `n` requests), each
+        relative to the mean: requests that generate more stay longer, so a running batch holds more
+        than the mean (E[L^2]/E[L]), and a batch drains when its longest request ends."""
+        if self.lengths == "exponential":   # a long tail, as chat datasets have: E[L^2] = 2 m^2, max ~ m H_n
+            return 2.0, sum(1.0 / k for k in range(1, max(1, int(n)) + 1))
+        if self.lengths == "uniform":       # uniform over 1 .. 2m: E[L^2] = 4/3 m^2, max ~ 2m n / (n + 1)
+            return 4.0 / 3.0, 2.0 * n / (n + 1.0)
+        return 1.0, 1.0
 
     def describe(self) -> str:
         if self.burst is not None:
@@ -110,11 +122,12 @@ class CostModel:
         engine and release the figures are for (default: the engine of rules/packages.yaml at its package fact's release)."""
         engine = engine or (reference_engine(), str(facts.get("packages." + reference_engine()) or ""))
         launch = launch_of(self.data, self.roles, self.derived_names, read, facts, workload.input_len,
-                           workload.output_len, model_extra or {}, engine_factors(self.data, engine)["admits"])
+                           workload.output_len, model_extra or {}, engine_factors(self.data, engine)["admits"],
+                           workload.spread(1)[0])
         if launch is None:
             return None
         rates = rates_of(self.data, self.device(facts)[1], launch, facts, engine, self.family_speed)
-        server = Server(launch, rates, workload.input_len, workload.output_len)
+        server = Server(launch, rates, workload.input_len, workload.output_len, workload.spread)
         if workload.burst is not None:
             served = burst(server, workload.burst)
         elif workload.request_rate is not None:

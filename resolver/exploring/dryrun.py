@@ -33,12 +33,12 @@ from typing import Any, Iterable, Mapping
 from accord.resolver.api import ConflictError, plan_for, resolve
 from accord.resolver.errors import UsageError
 from accord.resolver.explaining.explain import DerivedReading, derived_readings, mentioned_values
+from accord.resolver.explaining.ranking import kv_floor_holds, order_values, speed_rank
 from accord.resolver.explaining.report import describe_value
 from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.language.catalog import RULES_DIR
 from accord.resolver.language.yamlcache import read_yaml_files
 from accord.resolver.solving.pinning import Pinning
-from accord.resolver.solving.preference import kv_floor_holds, order_values, speed_rank
 from accord.resolver.solving.solve import Env, Plan
 
 
@@ -200,7 +200,7 @@ def dry_run(system: str, user: Mapping[str, Any], facts: Mapping[str, Any],
 
     Defaults are free: when the command is illegal only because a flag the user did not type keeps
     its default (tp 1 for a model whose weights need more GPUs), and that flag is asked about, its
-    legal values are listed and the preferred one (resolver/solving/preference.py) is shown as
+    legal values are listed and the preferred one (resolver/explaining/ranking.py) is shown as
     chosen, with the rest of the command resolved around it."""
     plan = plan_for(system)
     names = selected_flags(plan, only, facts)

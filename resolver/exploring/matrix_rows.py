@@ -18,10 +18,10 @@ import shlex
 from typing import Any, Iterable, Iterator, Mapping
 
 from accord.resolver.api import resolve
+from accord.resolver.explaining.ranking import speed_rank
 from accord.resolver.explaining.report import describe_value, flag_arg
 from accord.resolver.exploring.matrix_axes import Axis, row_items
 from accord.resolver.exploring.matrix_space import Space
-from accord.resolver.solving.preference import speed_rank
 from accord.resolver.solving.solve import Env
 
 
@@ -85,7 +85,7 @@ def covering_rows(space: Space, t: int, seed: int, max_rows: int | None,
 
     def rank(row: Mapping[str, Any], axis: Axis) -> list[Any]:
         # Most new coverage first; among equals, the preference ranking's fastest backend
-        # (resolver/solving/preference.py), then the seeded shuffle.
+        # (resolver/explaining/ranking.py), then the seeded shuffle.
         env = Env(space.plan, {}, space.facts(row), {}) if space.has_context(row) else None
         scored = []
         for value in axis.values:

@@ -4,7 +4,8 @@ The search never evaluates an illegal candidate: the solver judges every combina
 cost model (accord.resolver.exploring.costmodel) predicts it. It runs in stages, each on top
 of the best of the one before, because the speed axes multiply into millions of combinations:
 
-1. layout: every combination of the parallel sizes (tp, dp, pp, ep, DP attention), judged against
+1. layout: every combination of the parallel sizes (tp, dp, pp, ep, DP attention; the node count
+   too with `max_nodes` above 1, a launch over several nodes getting a rendezvous placeholder), judged against
    the baseline's resolve (`Pinning`); each legal one is resolved and predicted as resolved;
 2. attention: for the best layouts (a beam: half by throughput per GPU, half by tokens/s per user,
    plus the baseline's), the attention backend, KV dtype and page size, each value first on its
@@ -46,8 +47,11 @@ def predict_launch(system: str, user: Mapping[str, Any], facts: Mapping[str, Any
 
 def tune(system: str, user: Mapping[str, Any], facts: Mapping[str, Any], workload: Workload,
          sla: SLA = SLA(), allow_quantization: bool = False, cost_model: CostModel | None = None,
-         beam: Mapping[str, int] | None = None) -> TuneResult:
-    """Search, predict and rank; raises NoCandidate (exit 3) or the command's own ConflictError."""
+         beam: Mapping[str, int] | None = None, max_nodes: int = 1) -> TuneResult:
+    """Search, predict and rank; raises NoCandidate (exit 3) or the command's own ConflictError.
+    `max_nodes`: also search launches spanning 2 .. max_nodes machines like the facts' one."""
     if workload.input_len < 1 or workload.output_len < 1:
         raise UsageError("--input-len and --output-len must be at least 1 token.")
-    return Search(system, user, facts, workload, sla, allow_quantization, cost_model, beam).run()
+    if max_nodes < 1:
+        raise UsageError("--max-nodes must be at least 1.")
+    return Search(system, user, facts, workload, sla, allow_quantization, cost_model, beam, max_nodes).run()

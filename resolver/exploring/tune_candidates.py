@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from accord.resolver.errors import EXIT_CONFLICT, AccordError
 from accord.resolver.explaining.report import describe_value
 from accord.resolver.exploring.costmodel import Workload
-from accord.resolver.solving.preference import slowness
+from accord.resolver.explaining.ranking import slowness
 from accord.resolver.solving.solve import Env
 
 
@@ -50,10 +50,22 @@ class Candidate:
     why: str = ""
     family: str = "default"         # the decode attention backend: what a calibration factor is fitted per
     warnings: tuple[str, ...] = ()  # what `accord resolve` warns about this launch (set once resolved)
+    nodes: int = 1                  # machines the launch spans
+    node_argv: list[list[str]] = dataclasses.field(default_factory=list)   # each node's command (several nodes)
+    fill_in: str | None = None      # what a placeholder in the command stands for
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"argv": self.argv, "args": shlex.join(self.argv), "predicted": self.predicted, "why": self.why,
-                "warnings": list(self.warnings)}
+    def to_dict(self, nodes: bool = False) -> dict[str, Any]:
+        """As `--json` prints it; `nodes`: the search spanned several nodes (`--max-nodes`), so the
+        node count is said, and each node's command where there are several."""
+        out = {"argv": self.argv, "args": shlex.join(self.argv), "predicted": self.predicted, "why": self.why,
+               "warnings": list(self.warnings)}
+        if nodes:
+            out["nodes"] = self.nodes
+            if self.node_argv:
+                out["node_argv"] = self.node_argv
+            if self.fill_in:
+                out["fill_in"] = self.fill_in
+        return out
 
 
 class NoCandidate(AccordError):
@@ -83,11 +95,13 @@ class TuneResult:
     facts: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     distinct: int = 0               # candidates the cost model predicts to run differently (at most shown)
     too_close: int = 0              # of them left out under --measure: predicted too close to a shown one
+    max_nodes: int = 1              # `--max-nodes`: the node counts searched were 1 .. this
 
     def to_dict(self, top: int) -> dict[str, Any]:
-        return {
-            "baseline": {**self.baseline.to_dict(), "source": self.baseline_source},
-            "candidates": [c.to_dict() for c in self.candidates[:top]],
+        nodes = self.max_nodes > 1
+        out = {
+            "baseline": {**self.baseline.to_dict(nodes), "source": self.baseline_source},
+            "candidates": [c.to_dict(nodes) for c in self.candidates[:top]],
             "evaluated": self.judged,
             "excluded": self.excluded,
             "legal": self.legal,
@@ -101,6 +115,9 @@ class TuneResult:
             "winner_vs_runner_up": self.versus,
             "fewer_than_asked": self.fewer_than(top),
         }
+        if nodes:
+            out["max_nodes"] = self.max_nodes
+        return out
 
     def fewer_than(self, top: int) -> str | None:
         """Why fewer than `top` candidates are shown (None: `top` are)."""

@@ -47,8 +47,13 @@ class RankedSearch(Protocol):
     legal: int
     no_fit: int
     pruned: dict[str, int]
+    max_nodes: int
 
     def argv(self, pins: Mapping[str, Any]) -> list[str]: ...
+
+    def node_argvs(self, pins: Mapping[str, Any]) -> list[list[str]]: ...
+
+    def fill_in(self, pins: Mapping[str, Any]) -> str | None: ...
 
     def reader(self, env: Env) -> Callable[[str], Any]: ...
 
@@ -113,6 +118,7 @@ def rank(search: RankedSearch, pool: list[Candidate], baseline: Candidate, sourc
     result.user_argv = search.argv({})
     result.facts = search.facts
     result.distinct, result.too_close = distinct, too_close
+    result.max_nodes = search.max_nodes
     if not shown:
         why = (f"none of the {search.legal} legal candidates meets the SLA" if search.sla and search.legal
                else f"no legal candidate leaves KV-cache room for one request of "
@@ -153,7 +159,8 @@ def finish(search: RankedSearch, c: Candidate) -> Candidate | None:
         return None
     if "pareto" in c.predicted:
         predicted["pareto"] = c.predicted["pareto"]
-    done = Candidate(c.pins, predicted, c.stage, c.effective, family=c.family, warnings=tuple(config.warnings))
+    done = Candidate(c.pins, predicted, c.stage, c.effective, family=c.family, warnings=tuple(config.warnings),
+                     nodes=c.nodes, node_argv=search.node_argvs(c.pins), fill_in=search.fill_in(c.pins))
     done.argv = search.argv(c.pins)
     return done
 
@@ -185,7 +192,8 @@ def pareto(found: list[Candidate], tie: Callable[[Candidate], tuple] = lambda c:
 def explain(c: Candidate, facts: Mapping[str, Any]) -> str:
     """One line on what decides this candidate's speed."""
     p = c.predicted
-    return (f"{p['gpus']} GPU(s); KV room {p['kv_gib_per_gpu']} GiB/GPU holds {p['concurrency_fits']} requests; "
+    gpus = f"{p['gpus']} GPU(s)" + (f" on {c.nodes} nodes" if c.nodes > 1 else "")
+    return (f"{gpus}; KV room {p['kv_gib_per_gpu']} GiB/GPU holds {p['concurrency_fits']} requests; "
             f"{p['running_per_rank']:g} running per rank; decode step {p['decode_step_ms']} ms "
             f"({p['bound']}-bound, all-reduce {p['comm_ms']} ms); prefill {p['prefill_ms']} ms")
 

@@ -16,6 +16,8 @@ import itertools
 from typing import Any, Callable, Iterable, Mapping
 
 from accord.resolver.api import ConflictError, plan_for, resolve
+from accord.resolver.deploy.nodes import HOST_PLACEHOLDER
+from accord.resolver.deploy.spec import DEPLOY_DIR, load_deploy_spec
 from accord.resolver.errors import UsageError
 from accord.resolver.explaining.report import describe_value
 from accord.resolver.exploring.costmodel import CostModel, Workload, model_config_extra
@@ -26,10 +28,11 @@ from accord.resolver.exploring.tune_ranking import rank
 from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.solving.pinning import Pinning
-from accord.resolver.solving.preference import slowness
+from accord.resolver.explaining.ranking import slowness
 from accord.resolver.solving.solve import Env, Plan
 
 MODEL_FLAG = "model_path"
+GPU_COUNT = "gpu.count"   # the fact: GPUs of one node
 
 
 class Search:
@@ -37,7 +40,7 @@ class Search:
 
     def __init__(self, system: str, user: Mapping[str, Any], facts: Mapping[str, Any], workload: Workload,
                  sla: SLA = SLA(), allow_quantization: bool = False, cost_model: CostModel | None = None,
-                 beam: Mapping[str, int] | None = None):
+                 beam: Mapping[str, int] | None = None, max_nodes: int = 1):
         self.system = system
         self.plan: Plan = plan_for(system)
         self.user = dict(user)
@@ -47,10 +50,12 @@ class Search:
         self.costs = cost_model or CostModel.for_system(system)
         self.device, _ = self.costs.device(facts)   # an unknown GPU fails before any search
         self.allow_quantization = allow_quantization
+        self.max_nodes = max(1, int(max_nodes))
         self.beam = {**self.costs.data["search"]["beam"], **(beam or {})}
         self.stages = [name for name in self.costs.data["search"] if name != "beam"]
         if self.stages[:1] != ["layout"]:
             raise UsageError("costs.yaml: the first search stage must be `layout` (the parallel sizes).")
+        self.deploy = load_deploy_spec(system) if (DEPLOY_DIR / f"{system}.yaml").is_file() else None
         self.model_extra = model_config_extra(self.user.get(MODEL_FLAG), system, self.user.get("revision"))
         self._derived = {d.id: d for d in self.plan.ruleset.derived}
         self.judged = 0
@@ -78,8 +83,12 @@ class Search:
             values = entry["values"]
             if entry.get("combine") == "all":
                 self.combine_all.add(name)
-            if values == "candidates":
-                values = candidate_values(self.plan, name, [self.facts])
+            if values == "nodes":   # 1 .. --max-nodes: no axis on one node
+                if self.max_nodes <= 1:
+                    continue
+                values = list(range(1, self.max_nodes + 1))
+            elif values == "candidates":
+                values = candidate_values(self.plan, name, self.node_facts())
             elif values == "choices":
                 values = [v for v in values_of(self.plan, name) if v is not None]
             values = list(values)
@@ -89,6 +98,42 @@ class Search:
                 values.insert(0, None)   # unquantized stays a candidate
             found[name] = list({describe_value(v): v for v in values}.values())
         return found
+
+    def node_facts(self) -> list[Mapping[str, Any]]:
+        """The facts the parallel sizes' candidates come from: this machine's, and with
+        `--max-nodes N` the same machine N times over (its GPU count times each node count)."""
+        count = self.facts.get(GPU_COUNT)
+        if self.max_nodes <= 1 or not isinstance(count, int):
+            return [self.facts]
+        return [{**self.facts, GPU_COUNT: count * n} for n in range(1, self.max_nodes + 1)]
+
+    def over_nodes(self, pins: Mapping[str, Any]) -> dict[str, Any]:
+        """`pins` with the rendezvous address a launch over several nodes needs: the typed one, else
+        node 0's address as a placeholder to fill in (as `accord launch --emit commands` writes it)."""
+        spec = self.deploy
+        if spec is None or int(pins.get(spec.name("nodes")) or 1) <= 1 or spec.name("init_addr") in self.user:
+            return dict(pins)
+        return {**pins, spec.name("init_addr"): f"{HOST_PLACEHOLDER}:{spec.deployment['init_port']}"}
+
+    def node_argvs(self, pins: Mapping[str, Any]) -> list[list[str]]:
+        """Every node's command for a launch over several nodes (node 0 first), each with its
+        --node-rank; empty for one node."""
+        spec = self.deploy
+        nodes = int({**self.user, **pins}.get(spec.name("nodes")) or 1) if spec is not None else 1
+        if nodes <= 1:
+            return []
+        rank = spec.name("rank")   # a typed rank names one node: each node gets its own
+        argv = self.argv({k: v for k, v in pins.items() if k != rank}, skip=rank)
+        return [argv + launch_words(self.plan.catalog, rank, r) for r in range(nodes)]
+
+    def fill_in(self, pins: Mapping[str, Any]) -> str | None:
+        """What the placeholder of a launch over several nodes stands for (None: nothing to fill in)."""
+        spec = self.deploy
+        if spec is None or not str(pins.get(spec.name("init_addr")) or "").startswith(HOST_PLACEHOLDER + ":"):
+            return None
+        spelled = lambda role: self.plan.catalog[spec.name(role)].primary
+        return (f"{HOST_PLACEHOLDER} in {spelled('init_addr')} is node 0's address, reachable from every node "
+                f"(e.g. 10.0.0.1); node N runs the command with {spelled('rank')} N")
 
     # -- judging ------------------------------------------------------------------------------
     def judge(self, pinning: Pinning, pins: Mapping[str, Any], base: Mapping[str, Any] = {}) -> bool:
@@ -126,7 +171,8 @@ class Search:
             return None
         effective = self.effective(read)
         family = read(self.costs.roles["decode_attention"]) or read(self.costs.roles["attention"]) or "default"
-        return Candidate(dict(pins), predicted, stage, effective, family=str(family))
+        nodes = int(read(self.costs.roles["nodes"]) or 1) if "nodes" in self.costs.roles else 1
+        return Candidate(dict(pins), predicted, stage, effective, family=str(family), nodes=nodes)
 
     def effective(self, read: Callable[[str], Any]) -> tuple:
         """The values of every flag the cost model reads, in one fixed order."""
@@ -177,6 +223,8 @@ class Search:
         baseline = Candidate(baseline_pins, predicted or {}, "baseline", self.effective(read),
                              warnings=tuple(baseline_config.warnings))
         baseline.argv = self.argv(relaxed)
+        baseline.nodes = int(base_values.get(self.costs.roles.get("nodes", ""), 1) or 1)
+        baseline.node_argv, baseline.fill_in = self.node_argvs(relaxed), self.fill_in(relaxed)
         if pins_key(baseline_pins) not in self.judged_keys:  # always judged, like every candidate
             self.judge(root, baseline_pins)
         return rank(self, pool, baseline, source)
@@ -186,7 +234,7 @@ class Search:
         """Every legal combination of the parallel sizes, predicted from the baseline's resolve with
         the sizes pinned (the baseline's own layout always among them)."""
         found: list[Candidate] = []
-        for combo in _product(axes):
+        for combo in map(self.over_nodes, _product(axes)):
             if not self.judge(root, combo):
                 continue
             candidate = self.predict(root.environment(without_unset(combo)), combo, "layout")
@@ -285,11 +333,11 @@ class Search:
         chosen += [c for c in found if _same({k: c.pins.get(k) for k in must}, must)][:1]
         return _unique(chosen)
 
-    def argv(self, pins: Mapping[str, Any]) -> list[str]:
-        """The launch command: the user's flags as typed, then the search's."""
+    def argv(self, pins: Mapping[str, Any], skip: str | None = None) -> list[str]:
+        """The launch command: the user's flags as typed, then the search's (without `skip`)."""
         words: list[str] = []
         for name, value in {**self.user, **pins}.items():
-            if name not in self.user and (value is None or self._plain_default(name, value)):
+            if name == skip or (name not in self.user and (value is None or self._plain_default(name, value))):
                 continue
             words += launch_words(self.plan.catalog, name, value)
         return words

@@ -15,20 +15,22 @@ for every store:
   (`process_store`), named here once.
 
 The layer can be switched off: with `ACCORD_SOLVER_CACHE=0` in the environment, or inside
-`with uncached():`, every lookup computes its answer afresh and keeps nothing, so the reference
-runs as written (the property test in tests/test_solver_cache.py compares the two, and
-benchmarks/bench_cache_layer.py measures what the layer saves). The incremental algorithms of
-`Nearby` and `Pinning` (answers about a command's neighbours and pinned values, from the base
-command's solve) are speed-ups of this layer too: switched off, each of their queries is answered
-by a full solve of that other command (resolver/solving/reference.py; tests/test_solver_queries.py
-compares the two).
+`with uncached():`, every lookup computes its answer afresh and keeps nothing. The switch is read
+here alone (`Store` and `SolverCache`): no caller asks whether the layer is on, the same code runs
+either way and, switched off, simply recomputes (the property test in tests/test_solver_cache.py
+compares the two, and benchmarks/bench_cache_layer.py measures what the layer saves). The
+incremental algorithms of `Nearby` and `Pinning` (answers about a command's neighbours and pinned
+values, from the base command's solve) run the same way; tests/test_solver_queries.py holds them,
+on and off, to full solves of each neighbour and pinned command (tests/reference_solver.py, the
+oracle).
 
 Every store, where its question is asked:
 
-- per rule set (`Plan.cache`), keyed by the set flags and more: `depends` and `pinning`
-  (resolver/solving/solve.py, filled in by the solver and by resolver/solving/pinning.py),
-  `shared`, `holds_anyway`, `warnings_to_check`, `constants`, `structure`, `for_facts` (solve.py),
-  `reach_index`, `reach_layout`, `reach_affected`, `reach_touched` (resolver/solving/reach.py);
+- per rule set (`Plan.cache`), keyed by the set flags and more: `reach` (the plan's dependency
+  graph given the set flags, with what its walks found: the decisions each flag and rule depends
+  on, the flags a change affects, the rules it touches, what pins reach and link;
+  resolver/solving/depgraph.py) and `reach_layout` (the decision groups, same module), `shared`,
+  `holds_anyway`, `warnings_to_check`, `constants`, `structure`, `for_facts` (solve.py);
 - per process: `config_json_pieces` and `config_key_orders` (resolver/frozen.py: the JSON text of
   one (name, value) and the sorted names of a mapping, from which the config hash is written).
 
@@ -37,8 +39,9 @@ rule set rather than per question (the plan itself in resolver/language/plancach
 preferences file read per plan by `preference.preferences_for`); the facts key `Plan` remembers for
 the last facts mapping (an identity check, used only while this layer is on); and the working
 state of one object's life (an `Env`'s verdicts, a `Pinning`'s examples, a `Nearby`'s reach),
-dropped with it. Measured and not kept at all: a flag's fastest-first order
-(resolver/solving/preference.py), cheaper to work out than to look up. Outside the solver, the
+dropped with it; the dependency graph itself (resolver/solving/depgraph.py), built once per plan
+from the rules alone. Measured and not kept at all: a flag's fastest-first order
+(resolver/explaining/ranking.py), cheaper to work out than to look up. Outside the solver, the
 loaders of files read once per process (catalogs, presets, `rules/*.yaml` tables, `api.plan_for`)
 keep what they read with `functools.lru_cache`, and a few per-plan tables of the dry run and the
 commands keep what depends on the rules alone: data, not answers to a question.

@@ -18,10 +18,10 @@ base command's answers once and gives, for each neighbour, exactly what solving 
 What a rule reads is taken widely (every expression of a rule, `is_set` questions too), so copying
 is never wrong, only sometimes more cautious than needed.
 
-All this is the cache layer's speed-up of plain questions to the core about each neighbour (its
-`plan.decisions`, `plan.satisfiable`, the warnings of its `plan.solve`: resolver/solving/reference.py);
-with the layer off every public method answers by that reference, and tests/test_solver_queries.py
-holds the two to the same answers.
+Each answer is what a plain question to the core about that neighbour gives (its `plan.decisions`,
+`plan.satisfiable`, the warnings of its `plan.solve`); tests/test_solver_queries.py holds every
+answer, with the cache layer on and off, to those full solves (tests/reference_solver.py, the
+oracle). With the layer off the same code runs and simply keeps nothing between questions.
 """
 
 from __future__ import annotations
@@ -31,9 +31,7 @@ from typing import Any, Mapping
 
 from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruletypes import Rule
-from accord.resolver.solving import reference
-from accord.resolver.solving.cache import enabled
-from accord.resolver.solving.reach import index_of, layout_of
+from accord.resolver.solving.depgraph import layout_of
 from accord.resolver.solving.solve import Env, Plan, RelaxedValues, check, holds
 
 
@@ -65,7 +63,7 @@ class Nearby:
         # Ids of the decision-free rules that hold whatever the values (`Plan.holds_anyway`): their
         # verdict is True without evaluating them.
         self._anyway = plan.holds_anyway(user, facts)[0]
-        self._index = index_of(plan, frozenset(user))
+        self._index = plan.reach(user)                  # who reads whom, with these flags set
         self._verdicts: dict[int, Any] | None = None   # id(rule) -> every decision-free verdict
         layout = layout_of(plan, user)
         self._groups = layout.groups                    # decision groups: (decisions, rules)
@@ -79,10 +77,7 @@ class Nearby:
         self._warned: tuple | None = None              # (decisions, warnings) of the base command itself
 
     def verdict(self, rule: Rule) -> Any:
-        """True, False or the missing fact's key for a decision-free rule; None for the others
-        (`reference.verdict`)."""
-        if not enabled():
-            return reference.verdict(self.plan, self.user, self.facts, rule)
+        """True, False or the missing fact's key for a decision-free rule; None for the others."""
         if id(rule) in self._constrained:
             return None
         if id(rule) in self._anyway:
@@ -91,15 +86,13 @@ class Nearby:
 
     def verdicts(self) -> dict[int, Any]:
         """The verdict of every decision-free hard rule of the base command, by rule id."""
-        if self._verdicts is None or not enabled():
+        if self._verdicts is None:
             found = ((id(rule), self.verdict(rule)) for rule in self.plan.hard_rules)
             self._verdicts = {rid: verdict for rid, verdict in found if verdict is not None}
         return self._verdicts
 
     def decisions(self) -> dict[str, Any] | None:
         """`plan.decisions(user, facts)` for the base command, solved once."""
-        if not enabled():
-            return self.plan.decisions(self.user, self.facts)
         if self._all is None:
             plan = self.plan
             if any(self.verdict(rule) is False for rule in plan.hard_rules):
@@ -111,9 +104,7 @@ class Nearby:
 
     def base_decisions(self) -> dict[str, Any] | None:
         """The decisions of the base command under its decision-reading rules alone (None when
-        those rules have no solution together), solved once (`reference.base_decisions`)."""
-        if not enabled():
-            return reference.base_decisions(self.plan, self.user, self.facts)
+        those rules have no solution together), solved once."""
         if self._decided is None:
             found = _preferred(self.plan, self.user, self.facts, self._groups)
             if found is not None:
@@ -128,8 +119,6 @@ class Nearby:
         rules. A broken decision-free rule decides it; without one, the subset is satisfiable when
         the decision-reading rules all together are (fewer rules never remove a solution: the
         decision search is complete, its look-ahead exact); anything else is solved."""
-        if not enabled():
-            return not self.plan.satisfiable(self.user, self.facts, rules)
         known, constrained, decision_free = self.shared.verdicts, self._constrained, True
         for rule in rules:  # a plain loop: QuickXplain asks this about hundreds of rules at a time
             rid = id(rule)
@@ -148,9 +137,8 @@ class Nearby:
     def seed(self, values: Mapping[str, Any]) -> None:
         """Copy into the solver's memo for `values` (`Plan.shared`) the decision-free verdicts and
         derived values of the base command that the flags in which they differ cannot reach, so
-        no solve of `values` computes them again (nothing to do with the cache layer off)."""
-        if not enabled():
-            return
+        no solve of `values` computes them again (with the cache layer off that memo is not kept,
+        and a solve of `values` computes them afresh)."""
         if getattr(values, "relaxed", None) or getattr(self.user, "relaxed", None):
             return  # `is_set` reads relaxed flags differently: not worth the care
         missing = object()
@@ -183,10 +171,6 @@ class Nearby:
         command only in the flags `changed` (set, unset or given another value): None when it is
         unsatisfiable, else its decisions."""
         plan = self.plan
-        if not enabled():
-            decided = plan.decisions(values, self.facts)
-            return None if decided is None else Neighbour(
-                values, decided, None, frozenset(map(id, reference.decision_reading(plan, values))))
         known = self._known(values)
         if known is not None:  # solved in full already (say, a drop that two conflicts share)
             decided, held = known._all
@@ -244,25 +228,18 @@ class Nearby:
     def warnings(self, neighbour: Neighbour) -> set[str]:
         """Ids of the warn rules that fire for a satisfiable neighbour, as `solve` and a pass over
         `plan.warn_rules` give them. Like `solve`, the decision-reading hard rules are checked once
-        more on the result, and a neighbour failing that has no warnings (`reference.warnings`)."""
-        if not enabled():
-            return reference.warnings(self.plan, neighbour.values, self.facts)
+        more on the result, and a neighbour failing that has no warnings."""
         if neighbour.differ is None:
             return self.command_warnings(neighbour.values, neighbour.decided)
         return self._warnings(neighbour)
 
     def command_warnings(self, values: Mapping[str, Any], decided: dict[str, Any]) -> set[str]:
         """The warnings of a command with these decisions, read in full (and remembered by that
-        command's own Nearby); `decided` is `plan.decisions(values, facts)`, as its reference
-        (`reference.warnings`) solves it again."""
-        if not enabled():
-            return reference.warnings(self.plan, values, self.facts)
+        command's own Nearby); `decided` is `plan.decisions(values, facts)`."""
         return self._other(values).own_warnings(decided)
 
     def own_warnings(self, decided: dict[str, Any]) -> set[str]:
         """The warnings of the base command itself with these decisions, read once."""
-        if not enabled():
-            return reference.warnings(self.plan, self.user, self.facts)
         if self._warned is None or self._warned[0] != decided:
             held = self._all is not None and self._all[0] == decided and self._all[1]
             self._warned = (dict(decided), self._warnings(Neighbour(self.user, decided, None, self._constrained, held)))

@@ -1,9 +1,9 @@
 """Legality of pinned values: "is this command still legal with these flags pinned?", fast.
 
 The dry-run asks it for every value of every backend-like flag, and the CI matrix for every
-partial row; both start from one resolve and reuse it (see `Pinning`). Each answer's reference is
-a full solve of the pinned command (resolver/solving/reference.py `exclusions`), which answers
-whenever the cache layer is off; what follows is the layer's speed-up of it.
+partial row; both start from one resolve and reuse it (see `Pinning`). Each answer is what a full
+solve of the pinned command gives (tests/reference_solver.py `exclusions`, the oracle that
+tests/test_solver_queries.py holds it to, with the cache layer on and off).
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from accord.resolver.explaining.explain import minimal_rules
 from accord.resolver.explaining.report import describe_value
 from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.language.ruletypes import Rule
-from accord.resolver.solving import reference
-from accord.resolver.solving.cache import enabled
 from accord.resolver.solving.solve import Env, Plan, holds
 
 
@@ -32,9 +30,9 @@ class Pinning:
     Without a resolved configuration (the user's flags conflict by themselves) every question goes
     to the solver.
 
-    `legal`, `verdict`, `first_exclusion` and `exclusions` are the speed-up of one full solve of
-    the pinned command (`reference.exclusions`, which answers them with the cache layer off);
-    tests/test_solver_queries.py holds the two to the same answers. `environment` is not a solve:
+    `legal`, `verdict`, `first_exclusion` and `exclusions` answer as one full solve of the pinned
+    command would (tests/reference_solver.py `exclusions`; tests/test_solver_queries.py holds the
+    two to the same answers). `environment` is not a solve:
     it is the example the check above reads (the resolved decisions the pins leave alone kept).
     """
 
@@ -51,43 +49,23 @@ class Pinning:
         self._stable = {n: v for n, v in self._values.items() if n not in self.user}
         # Reach, and the rules pins touch, depend only on which flags are set, never on values:
         # shared by every Pinning of a launch with the same flags set (the UI's next change).
-        shared = plan.pinning_table(self.user)
-        self._reach: dict[str, frozenset[str]] = shared.setdefault("reach", {})
-        self._rule_reach: dict[int, frozenset[str]] = shared.setdefault("rule_reach", {})
-        if not self._rule_reach:
-            self._rule_reach.update((id(rule), self._reach_all(_read_by(rule, hard=True))) for rule in plan.hard_rules)
-        self._touching: dict[frozenset[str], list[Rule]] = shared.setdefault("touching", {})
-        self._linked: dict[frozenset[str], list[Rule]] = shared.setdefault("linked", {})
-        self._shared = shared
+        self._graph = plan.reach(self.user)
         self._examples: dict[frozenset[str], tuple[dict[str, Any], dict[str, Any]]] = {}
         self._clean: set[tuple] = {()}  # pin sets whose example holds (no pins: the resolved config)
 
     def reach(self, name: str) -> frozenset[str]:
-        if name not in self._reach:
-            self._reach[name] = frozenset({name})  # placeholder breaks cycles (lint rejects them)
-            if name not in self.user and name in self.plan.catalog:
-                rules = self.plan.default_rules.get(name, []) + self.plan.prefer_rules.get(name, [])
-                reads = set().union(*(_read_by(r, hard=False) for r in rules))
-                self._reach[name] = frozenset({name}) | self._reach_all(reads)
-        return self._reach[name]
-
-    def _reach_all(self, names: Iterable[str]) -> frozenset[str]:
-        return frozenset().union(*(self.reach(n) for n in names))
+        return self._graph.reach(name)
 
     def repair_flags(self, rules: Iterable[Rule]) -> frozenset[str]:
         """Flags whose pinning could change what these rules say: only they can undo an exclusion."""
-        return frozenset().union(*(self._rule_reach[id(r)] for r in rules))
+        return frozenset().union(*(self._graph.rule_reach(r) for r in rules))
 
     def touching(self, names: frozenset[str]) -> list[Rule]:
         """Hard rules whose verdict can change when these flags are pinned."""
-        if names not in self._touching:
-            self._touching[names] = [r for r in self.plan.hard_rules if self._rule_reach[id(r)] & names]
-        return self._touching[names]
+        return self._graph.touching(names)
 
     def legal(self, pins: Mapping[str, Any]) -> bool:
         """Whether the command with `pins` is satisfiable (`plan.satisfiable` of it)."""
-        if not enabled():
-            return self.plan.satisfiable({**self.user, **pins}, self.facts)
         return self._judge(pins, every=False) is None
 
     def verdict(self, pins: Mapping[str, Any]) -> tuple[Rule, ...] | None:
@@ -105,13 +83,9 @@ class Pinning:
         return self._judge(pins, every=True)
 
     def _judge(self, pins: Mapping[str, Any], every: bool) -> list[tuple[Rule, ...]] | None:
-        """The exclusions of `pins`; without `every`, only the first proof found (possibly empty):
-        `reference.exclusions` of the pinned command, which answers when the cache layer is off."""
+        """The exclusions of `pins`; without `every`, only the first proof found (possibly empty)."""
         names = frozenset(pins)
         pinned = {**self.user, **pins}
-        if not enabled():
-            return reference.exclusions(self.plan, pinned, self.facts, self.decisions is not None,
-                                        minimal_rules, every)
         if self.decisions is None:
             if self.plan.satisfiable(pinned, self.facts):
                 return None
@@ -170,14 +144,7 @@ class Pinning:
 
     def _reached_from(self, names: frozenset[str]) -> set[str]:
         """Every flag whose reach holds one of `names` (they themselves included)."""
-        inverse = self._shared.get("inverse")
-        if inverse is None:
-            inverse = {}
-            for flag in self.plan.catalog.flags:
-                for pinned in self.reach(flag):
-                    inverse.setdefault(pinned, set()).add(flag)
-            self._shared["inverse"] = inverse
-        return set().union(*(inverse.get(name, ()) for name in names))
+        return set(self._graph.affected(names))
 
     def _unchecked(self, pins: Mapping[str, Any]) -> frozenset[str]:
         """The pinned flags whose rules must be checked: all of them, unless the example already
@@ -198,35 +165,8 @@ class Pinning:
 
     def linked(self, names: frozenset[str]) -> list[Rule]:
         """The rules touching `names` plus every rule sharing a decision with them, transitively."""
-        if names not in self._linked:
-            keys = {**self.user, **dict.fromkeys(names)}
-            deps = [(rule, self.plan.rule_depends(rule, keys)) for rule in self.plan.hard_rules]
-            memo = self.plan.depends_table(keys)
-            chosen = {id(r) for r in self.touching(names)}
-            variables: set[str] = set().union(*(d for r, d in deps if id(r) in chosen))
-            grown = True
-            while grown:
-                grown = False
-                for var in list(variables):
-                    reads = set().union(*(r.reads_flags for r in self.plan.prefer_rules.get(var, ())))
-                    new = self.plan.depends(reads, keys, memo) - variables
-                    if new:
-                        variables |= new
-                        grown = True
-                for rule, d in deps:
-                    if id(rule) not in chosen and d & variables:
-                        chosen.add(id(rule))
-                        variables |= d
-                        grown = True
-            self._linked[names] = [rule for rule, _ in deps if id(rule) in chosen]
-        return self._linked[names]
+        return self._graph.linked(names)
 
 
 def _pin_key(pins: Mapping[str, Any]) -> tuple:
     return tuple(sorted((k, describe_value(v)) for k, v in pins.items()))
-
-
-def _read_by(rule: Rule, hard: bool) -> set[str]:
-    """Flags a rule reads, including those whose being set (`is_set`) it asks about."""
-    exprs = [e for e in (rule.when, rule.require) if e is not None] if hard else rule.expressions()
-    return set().union(*(e.flags | e.set_checks for e in exprs))

@@ -28,9 +28,10 @@ from accord.resolver.language.catalog import Catalog
 from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruletypes import Rule, RuleSet
 from accord.resolver.solving import core
-from accord.resolver.solving.cache import SolverCache, enabled
+from accord.resolver.solving.cache import SolverCache
 from accord.resolver.solving.constants import Constants, applies, constant
 from accord.resolver.solving.core import Decided, Structure
+from accord.resolver.solving.depgraph import DependencyGraph, Reach
 from accord.resolver.solving.env import Assignment, Env, Outcome, RelaxedValues, Shared, check, holds, set_flags_key
 
 # The solver's public names: callers import them from here (Env, RelaxedValues, check and holds live
@@ -72,11 +73,10 @@ class Plan:
         self._origin_template = dict.fromkeys(self.names)
         # The settings a rule computes (decisions and defaulted flags), in catalog order.
         self.computed = [name for name in self.names if name not in self.plain]
-        # What each decision's eligibility (its prefer rules) reads.
-        self._prefer_reads = {flag: frozenset().union(*(r.reads_flags for r in rules))
-                              for flag, rules in self.prefer_rules.items()}
         # Every answer kept between questions (see resolver/solving/cache.py).
         self.cache = SolverCache()
+        # Who reads whom (resolver/solving/depgraph.py), built once with the plan.
+        self.graph = DependencyGraph(self)
         self._last_facts: tuple | None = None  # see `_facts_key`
 
     # -- decisions ---------------------------------------------------------------------------
@@ -114,45 +114,24 @@ class Plan:
 
     def depends(self, names: Iterable[str], user: Mapping[str, Any], memo: dict[str, frozenset]) -> frozenset:
         """The decision variables that the given flags' values depend on (`memo`: the working memo
-        for these set flags, `depends_table`)."""
-        out: set[str] = set()
-        for name in names:
-            if name in user or name not in self.catalog:
-                continue
-            if name not in memo:
-                memo[name] = frozenset()  # breaks cycles; lint rejects them anyway
-                if name in self.prefer_rules:
-                    deps = {name} | self.depends(self._prefer_reads[name], user, memo)
-                else:
-                    reads = set().union(*(r.reads_flags for r in self.default_rules.get(name, ())))
-                    deps = set(self.depends(reads, user, memo))
-                memo[name] = frozenset(deps)
-            out |= memo[name]
-        return frozenset(out)
+        for these set flags, `depends_table`); see `DependencyGraph.depends`."""
+        return self.graph.depends(names, user, memo)
 
     def prefer_reads(self, flag: str) -> frozenset[str]:
         """The flags a decision's prefer rules read (its eligibility)."""
-        return self._prefer_reads[flag]
+        return self.graph.value_reads[flag]
 
-    def _dependency_tables(self, user: Mapping[str, Any]) -> tuple[dict[str, frozenset], dict[int, frozenset]]:
-        """(flag -> decisions it depends on, id(rule) -> decisions it constrains) for these set flags."""
-        return self.cache.lookup("depends", set_flags_key(user), lambda: ({}, {}), 512)
-
-    def pinning_table(self, user: Mapping[str, Any]) -> dict:
-        """A dict `Pinning` fills with its analysis of launches with these flags set."""
-        return self.cache.lookup("pinning", set_flags_key(user), dict, 64)
+    def reach(self, user: Mapping[str, Any]) -> Reach:
+        """The dependency graph given which flags `user` sets (resolver/solving/depgraph.py)."""
+        return self.graph.given(user)
 
     def depends_table(self, user: Mapping[str, Any]) -> dict[str, frozenset]:
         """The shared memo for `depends` with these flags set."""
-        return self._dependency_tables(user)[0]
+        return self.graph.given(user).depends_of
 
     def rule_depends(self, rule: Rule, user: Mapping[str, Any]) -> frozenset:
         """The decisions a hard rule's verdict depends on, given which flags the user set."""
-        memo, by_rule = self._dependency_tables(user)
-        deps = by_rule.get(id(rule))
-        if deps is None:
-            deps = by_rule[id(rule)] = self.depends(rule.constrained_flags, user, memo)
-        return deps
+        return self.graph.given(user).rule_depends(rule)
 
     # -- solving -----------------------------------------------------------------------------
 
@@ -219,9 +198,7 @@ class Plan:
     def shared(self, user: Mapping[str, Any], facts: Mapping[str, Any]) -> Shared:
         """The decision-free values of these user values and facts (kept for the last few pairs:
         an explanation solves the same launch under many rule subsets, the UI asks it again)."""
-        make = lambda: Shared(self._dependency_tables(user)[0], self._constants(user).derived)  # noqa: E731
-        if not enabled():
-            return make()
+        make = lambda: Shared(self.depends_table(user), self._constants(user).derived)  # noqa: E731
         key = (repr(sorted(user.items())), set_flags_key(user), self._facts_key(facts))
         return self.cache.lookup("shared", key, make, 32)
 
@@ -278,8 +255,8 @@ class Plan:
     def _structure(self, user: Mapping[str, Any], rules: list[Rule], key: tuple | None = None) -> Structure:
         """How to decide, given which flags are set and which rules count (see `core.Structure`)."""
         def make() -> Structure:
-            memo, by_rule = self._dependency_tables(user)
-            return core.build_structure(self, user, rules, memo, by_rule, self._constants(user))
+            reach = self.graph.given(user)
+            return core.build_structure(self, user, rules, reach.depends_of, reach.by_rule, self._constants(user))
         return self.cache.lookup("structure", key or self._key(user, rules), make, 512)
 
     def _for_facts(self, user: Mapping[str, Any], facts: Mapping[str, Any], structure: Structure,

@@ -19,9 +19,9 @@ usage: python -m tests.differential.launch_fixpoint [--random N] [--seed S] [--o
 (default: the hand-picked commands of run_launch and gen_llm, the multi-node checks, no random ones).
 Needs the oracle venv (../shared/oracle/setup); minutes, never a test (2-core machine: about 4 minutes
 for `--random 300`, 7 for `--random 600 --only multi`, more when the machine is busy). Last measured
-(2026-12-05): `--random 300 --seed 3838` 313/319 strict (98.1%), 319/319 with the listed exceptions;
-`--random 600 --seed 4242 --only multi` 437/439 strict (99.5%), 439/439 with them; every multi-node
-command agrees.
+(2026-12-06, issue 38): `--random 300 --seed 3838` 317/318 strict (99.7%); `--random 600 --seed 4242
+--only multi` 437/438 (99.8%); `--random 300 --seed 777 --only multi` 221/221; `--random 200 --seed
+9191` 245/246 (99.6%); each with the listed exceptions 100%; every multi-node command agrees.
 """
 
 from __future__ import annotations
@@ -54,16 +54,6 @@ MULTI = [
 # resolved values (the rule language); `fields` the compared fields it explains ("status": upstream's
 # resolution refuses the emitted command). Each is a gap Accord's rules own, named for its owner.
 LISTED = [
-    ("equal-phase-backends",
-     "prefill_attention_backend is not None and prefill_attention_backend == decode_attention_backend "
-     "and attention_backend != prefill_attention_backend",
-     ["attention_backend"],
-     "Both phase backends equal: upstream's _attention_backend_default (arg_groups/overrides.py:1126-1131, "
-     "AT1) then sets attention_backend to that backend, overriding the written --attention-backend. Both "
-     "phases run the same kernel on both sides (the phase fields agree); only the general field differs, "
-     "because rules/llm/attention.yaml lets attention_backend keep its per-machine pick (its header: AT1 "
-     "'needs no rule'). Fix for attention.yaml's owner: a rule giving attention_backend the phases' "
-     "backend when they are equal (the emitter cannot: the command already says the phases)."),
     ("cutlass-mla-not-an-upstream-choice",
      "attention_backend == 'cutlass_mla' or prefill_attention_backend == 'cutlass_mla' "
      "or decode_attention_backend == 'cutlass_mla'",
@@ -72,18 +62,6 @@ LISTED = [
      "command cannot carry it (a launch warning says so) and upstream picks trtllm_mla on SM100 with its "
      "64-token pages; the same case as r2727-0189 in launch_exceptions.yaml, a resolution question for "
      "the lead (accept cutlass_mla for a 0.5.23 launch or not)."),
-    ("mxfp4-with-flashinfer-trtllm-moe",
-     "moe_runner_backend in ('flashinfer_trtllm', 'flashinfer_trtllm_routed', 'experimental_sgl_trtllm') "
-     "and quantization == 'mxfp4'",
-     ["status"],
-     "The FlashInfer TRT-LLM MoE runners have no MXFP4 path. Upstream's resolution says so for a typed "
-     "--quantization (arg_groups/moe_hook.py:123-135 asserts the method is one of modelopt_fp4, nvfp4_online, "
-     "fp8, mxfp8, modelopt_fp8, modelopt_mixed, compressed-tensors or None), so it refuses the emitted "
-     "command, which writes the method; for an MXFP4 checkpoint (gpt-oss) with --quantization untyped it is "
-     "a launch-time truth (layers/quantization/mxfp4.py:1433-1477 create_moe_runner raises "
-     "NotImplementedError at load). Accord accepts both: rules/llm/moe.yaml lacks that check. Fix for "
-     "moe.yaml's owner: require the quantization (typed, or the checkpoint's as "
-     "moe.runner.flashinfer_cutlass_checkpoint_quant does for flashinfer_cutlass) to be one of those methods."),
 ]
 
 

@@ -1,15 +1,14 @@
-"""What `Nearby` and `Pinning` answer, written plainly on the core: their reference answers.
+"""The oracle of the solver's property tests: what `Nearby` and `Pinning` answer, written plainly.
 
 Accord asks the solver three ways: about a command (`Plan.solve`, `satisfiable`, `decisions`), about
 its neighbours (`Nearby`, resolver/solving/nearby.py: the command with a few flags changed, or under
 a subset of the hard rules), and about pinned values (`Pinning`, resolver/solving/pinning.py: is the
 command still legal with these flags pinned, and which rules exclude it). A neighbour and a pinned
 command are commands too, so every answer of the last two is a plain question to the core about
-another command, stated here. With the cache layer off (`ACCORD_SOLVER_CACHE=0`, or inside
-`cache.uncached()`) `Nearby` and `Pinning` answer by these functions and nothing else; with it on,
-they run their incremental algorithms, the layer's speed-ups of these answers (they start from the
-base command's solve and recompute only what the change reaches). tests/test_solver_queries.py
-demands the same answers from both.
+another command, stated here by a full solve of that command. `Nearby` and `Pinning` answer by
+their incremental algorithms (they start from the base command's solve and recompute only what the
+change reaches), with the cache layer on or off; tests/test_solver_queries.py demands the same
+answers as these functions (as pubgrub keeps its SAT reference solver in its tests).
 
 Everything here computes from its arguments, through `Plan`, and keeps nothing.
 """
@@ -18,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from accord.resolver.explaining.explain import quickxplain
 from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruletypes import Rule
 from accord.resolver.solving.solve import Env, Plan, check, holds
@@ -78,13 +78,21 @@ def excluding_alone(plan: Plan, pinned: Mapping[str, Any], facts: Mapping[str, A
             if not holds(rule, preferred) and not plan.satisfiable(pinned, facts, [rule])]
 
 
+def minimal_rules(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
+                  rules: list[Rule] | None = None) -> list[Rule]:
+    """`explain.minimal_rules` by full solves: QuickXplain over `not plan.satisfiable`."""
+    pool = list(plan.hard_rules if rules is None else rules)
+    core = {id(r) for r in quickxplain(pool, lambda subset: not plan.satisfiable(user, facts, subset))}
+    return [r for r in pool if id(r) in core]
+
+
 def exclusions(plan: Plan, pinned: Mapping[str, Any], facts: Mapping[str, Any], resolved: bool,
-               minimal_rules, every: bool) -> list[tuple[Rule, ...]] | None:
+               every: bool) -> list[tuple[Rule, ...]] | None:
     """`Pinning`'s answer for the command `pinned` (the user's flags with the pins on top): None
     when it is satisfiable; else the groups of rules that exclude it.
 
     With `every`: each rule excluding it by itself, as a group of one, in rule order; when none
-    does, the one minimal set of rules `minimal_rules` (explaining/explain.py) finds on it. Without:
+    does, the one minimal set of rules `minimal_rules` finds on it. Without:
     the first of those single rules, one reading no decision once pinned first (no choice of the
     solver changes it), or no group (`[]`: no single rule to blame).
 
