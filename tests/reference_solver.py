@@ -1,12 +1,11 @@
-"""The oracle of the solver's property tests: what `Nearby` and `Pinning` answer, written plainly.
+"""The oracle of the solver's property tests: what a `Launch` and its children answer, written plainly.
 
-Accord asks the solver three ways: about a command (`Plan.solve`, `satisfiable`, `decisions`), about
-its neighbours (`Nearby`, resolver/solving/nearby.py: the command with a few flags changed, or under
-a subset of the hard rules), and about pinned values (`Pinning`, resolver/solving/pinning.py: is the
-command still legal with these flags pinned, and which rules exclude it). A neighbour and a pinned
-command are commands too, so every answer of the last two is a plain question to the core about
-another command, stated here by a full solve of that command. `Nearby` and `Pinning` answer by
-their incremental algorithms (they start from the base command's solve and recompute only what the
+Accord asks every question of a `Launch` (resolver/solving/launch.py): about the command itself
+(its decisions, warnings, satisfiability under a subset of the hard rules), about its changed
+children (the command with a few flags changed) and about its pinned children (is the command
+still legal with these flags pinned, and which rules exclude it; resolver/solving/pinning.py). A
+child is a command too, so every answer is a plain question to the core about another command,
+stated here by a full solve of that command. A `Launch` answers by incremental algorithms (they start from the base command's solve and recompute only what the
 change reaches), with the cache layer on or off; tests/test_solver_queries.py demands the same
 answers as these functions (as pubgrub keeps its SAT reference solver in its tests).
 
@@ -17,12 +16,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from accord.resolver.explaining.explain import quickxplain
+from accord.resolver.solving.quickxplain import quickxplain
 from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruletypes import Rule
 from accord.resolver.solving.solve import Env, Plan, check, holds
 
-# -- a command and its neighbours (`Nearby`) --------------------------------------------------
+# -- a command and its changed children --------------------------------------------------------
 
 
 def decision_reading(plan: Plan, user: Mapping[str, Any]) -> list[Rule]:
@@ -65,7 +64,7 @@ def warnings(plan: Plan, values: Mapping[str, Any], facts: Mapping[str, Any]) ->
     return fired
 
 
-# -- pinned values (`Pinning`) -----------------------------------------------------------------
+# -- pinned children (`Launch.pinned`, judged by `Pinning`) ------------------------------------
 
 
 def excluding_alone(plan: Plan, pinned: Mapping[str, Any], facts: Mapping[str, Any]) -> list[Rule]:
@@ -80,7 +79,7 @@ def excluding_alone(plan: Plan, pinned: Mapping[str, Any], facts: Mapping[str, A
 
 def minimal_rules(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
                   rules: list[Rule] | None = None) -> list[Rule]:
-    """`explain.minimal_rules` by full solves: QuickXplain over `not plan.satisfiable`."""
+    """`Launch.minimal_rules` by full solves: QuickXplain over `not plan.satisfiable`."""
     pool = list(plan.hard_rules if rules is None else rules)
     core = {id(r) for r in quickxplain(pool, lambda subset: not plan.satisfiable(user, facts, subset))}
     return [r for r in pool if id(r) in core]

@@ -33,7 +33,7 @@ KNOWN = {
     "facts/probe.py": {"mnnvl", "page_size"},
     "facts/model.py": {"dsa"},
     "language/expr.py": {"chunked_prefill_size", "dp_size", "enable_dp_attention", "fa3", "tp_size"},
-    "language/lint.py": {"attention_backend"},
+    "commands/rules_lint.py": {"attention_backend"},
 }
 
 

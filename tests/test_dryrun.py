@@ -14,7 +14,8 @@ from accord.resolver import api
 from accord.resolver.api import ConflictError
 from accord.resolver.cli import main
 from accord.resolver.errors import UsageError
-from accord.resolver.exploring.dryrun import Pinning, backend_like, dry_run, mentioned_values, values_of
+from accord.resolver.exploring.dryrun import backend_like, dry_run, mentioned_values, values_of
+from accord.resolver.solving.launch import Launch
 from accord.resolver.exploring.dryrun_text import render, render_short
 from accord.resolver.facts.machine import load_facts
 from accord.resolver.language.catalog import load_catalog
@@ -257,9 +258,9 @@ def test_cli_conflicting_command_exits_3(toy, monkeypatch, capsys):
 
 def test_pinning_several_flags_at_once(toy):
     config = api.resolve("llm", {}, B200)
-    pinning = Pinning(toy, {}, B200, config)
-    assert pinning.legal({"attention_backend": "triton", "kv_cache_dtype": "fp4_e2m1"})
-    assert [r.id for r in pinning.verdict({"attention_backend": "fa3", "kv_cache_dtype": "auto"})] == [
+    launch = Launch(toy, {}, B200, resolved=config.values)
+    assert launch.pinned({"attention_backend": "triton", "kv_cache_dtype": "fp4_e2m1"}).satisfiable
+    assert [r.id for r in launch.pinned({"attention_backend": "fa3", "kv_cache_dtype": "auto"}).excluded_by] == [
         "attn.fa3.hopper"]
 
 

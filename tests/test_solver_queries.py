@@ -1,17 +1,18 @@
-"""Nearby and pinned commands: the incremental answers equal the reference solver's full solves.
+"""A launch's children: the incremental answers equal the reference solver's full solves.
 
-`Nearby` (a command with a few flags changed, or under a subset of the rules) and `Pinning` (is the
-command still legal with these flags pinned, and which rules exclude it) answer by incremental
-algorithms that start from the base command's solve, with the cache layer on or off (off, the same
+A `Launch` (resolver/solving/launch.py) answers about itself under a subset of the rules, about its
+changed children (a command with a few flags changed) and its pinned children (is the command still
+legal with these flags pinned, and which rules exclude it) by incremental algorithms that start
+from its own solve, with the cache layer on or off (off, the same
 code runs and keeps nothing between questions). The oracle is tests/reference_solver.py: each
 answer stated as plain full solves of the neighbour or pinned command. Random launches
 (tests/test_properties.py's generator) with random neighbours and pins (flags that rules read,
 values from their finite domains, a few at a time) are answered by the oracle, then by the
 incremental algorithms with the layer off and on, and every answer must agree: decisions, verdicts,
 satisfiability under a subset of the rules, minimal rule sets, warnings, legality and the rules
-named in each exclusion (which of several proofs, too). The incremental side reuses one `Nearby`
-cache and one `Pinning` for every question of an example, as an explanation and a matrix do, so a
-stale incremental answer shows up as a difference.
+named in each exclusion (which of several proofs, too). The incremental side reuses one family of
+launches and one pinned parent for every question of an example, as an explanation and a matrix
+do, so a stale incremental answer shows up as a difference.
 
 `ACCORD_QUERY_EXAMPLES` launches per system (default 30); `ACCORD_CACHE_SEED` as in
 tests/test_solver_cache.py. A long run:
@@ -30,12 +31,10 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from accord.resolver import api
-from accord.resolver.explaining.explain import minimal_rules
 from accord.resolver.facts.machine import load_preset
 from accord.resolver.language.catalog import SYSTEMS
 from accord.resolver.solving import cache
-from accord.resolver.solving.nearby import nearby_for
-from accord.resolver.solving.pinning import Pinning
+from accord.resolver.solving.launch import Launch, Launches
 from tests import reference_solver as reference
 from tests.test_properties import _relevant_flags, launches
 from tests.test_solver_cache import _settings
@@ -62,22 +61,21 @@ def _ids(groups):
 
 
 def _neighbour_answers(plan, user: dict, facts, changes, drops: list[bool], subset_seed: int) -> list:
-    """What `Nearby` says about the launch and its neighbours (each change applied alone, then all)."""
-    store: dict = {}
-    base = nearby_for(plan, user, facts, store)
-    out: list = [base.decisions(), base.base_decisions(),
-                 sorted((rule.id, base.verdicts().get(id(rule))) for rule in plan.hard_rules)]
+    """What a `Launch` says about itself and its changed children (each change applied alone, then all)."""
+    base = Launches(plan, facts).of(user)
+    out: list = [base.decisions, base.base_decisions(),
+                 sorted((rule.id, base.verdicts.get(id(rule))) for rule in plan.hard_rules)]
     rng = random.Random(subset_seed)
     subset = [rule for rule in plan.hard_rules if rng.random() < 0.2]
     out.append(base.rules_unsatisfiable(subset))
-    if base.decisions() is None:
-        out.append([rule.id for rule in minimal_rules(plan, user, facts, cache=store)])
+    if base.decisions is None:
+        out.append([rule.id for rule in base.minimal_rules()])
     else:
-        out.append(sorted(base.command_warnings(user, base.decisions())))
+        out.append(sorted(base.warnings))
     steps = [[change] for change in changes] + [list(changes)]
     for step, values in zip(steps, _steps(user, changes, drops)):
-        found = base.solve(values, {name for name, _ in step})
-        out.append(None if found is None else (found.decided, sorted(base.warnings(found))))
+        found = base.changed(values, {name for name, _ in step})
+        out.append(None if found.decisions is None else (found.decisions, sorted(found.warnings)))
     return out
 
 
@@ -132,24 +130,24 @@ def _reference_pinning_answers(plan, system: str, user: dict, facts, pins_drawn)
 
 
 def _pinning_answers(plan, system: str, user: dict, facts, pins_drawn) -> list:
-    """What `Pinning` says about pinning one value, then more, on the same launch."""
+    """What a `Launch`'s pinned children say about pinning one value, then more, on the same launch."""
     try:
-        config = api.resolve(system, user, facts)
+        resolved = api.resolve(system, user, facts).values
     except api.ConflictError:
-        config = None
-    pinning = Pinning(plan, user, facts, config)
+        resolved = None
+    launch = Launch(plan, user, facts, resolved=resolved)
     out: list = []
     for count in range(1, len(pins_drawn) + 1):
-        pins = dict(pins_drawn[:count])
-        out.append((pinning.legal(pins), _ids(pinning.first_exclusion(pins)), _ids(pinning.exclusions(pins)),
-                    None if (found := pinning.verdict(pins)) is None else [rule.id for rule in found]))
+        pinned = launch.pinned(dict(pins_drawn[:count]))
+        out.append((pinned.satisfiable, _ids(pinned.first_exclusion), _ids(pinned.exclusions),
+                    None if (found := pinned.excluded_by) is None else [rule.id for rule in found]))
     for name, value in pins_drawn:  # one pin at a time, as the dry run asks
-        out.append(_ids(pinning.exclusions({name: value})))
+        out.append(_ids(launch.pinned({name: value}).exclusions))
     return out
 
 
 def _answers(system: str, case, oracle: bool = False) -> str:
-    """Every answer of a case, by `Nearby` and `Pinning` or (`oracle`) by the reference solver."""
+    """Every answer of a case, by a `Launch` and its children or (`oracle`) by the reference solver."""
     (preset, user), changes, pins, drops, subset_seed = case
     plan, facts = api.plan_for(system), load_preset(preset)
     neighbours, pinning = ((_reference_neighbour_answers, _reference_pinning_answers) if oracle
@@ -171,7 +169,7 @@ KNOWN = {"llm": [
 
 
 @pytest.mark.parametrize("system", SYSTEMS)
-def test_nearby_and_pinning_answer_as_their_reference_on_the_core(system):
+def test_a_launch_and_its_children_answer_as_their_reference_on_the_core(system):
     @_settings(EXAMPLES)
     @given(_case(system))
     def check(case):
@@ -187,19 +185,18 @@ def test_nearby_and_pinning_answer_as_their_reference_on_the_core(system):
 
 
 def test_switched_off_the_same_queries_keep_nothing_between_questions():
-    """With the layer off, `Nearby` and `Pinning` run the same incremental algorithm (their own
-    working state fills) but the plan's stores keep nothing; with it on, the stores fill too."""
+    """With the layer off, a `Launch` and its children run the same incremental algorithm (their
+    own working state fills) but the plan's stores keep nothing; with it on, the stores fill too."""
     plan, facts = api.plan_for("llm"), load_preset("l40s")
     user, pins = {"tp_size": 2}, {"enable_layernorm_sp": True}
 
     def ask():
-        nearby = nearby_for(plan, user, facts, {})
-        nearby.decisions(), nearby.base_decisions(), nearby.rules_unsatisfiable(plan.hard_rules[:5])
-        found = nearby.solve({**user, "tp_size": 4}, {"tp_size"})
-        nearby.warnings(found)
-        pinning = Pinning(plan, user, facts, api.resolve("llm", user, facts))
-        pinning.exclusions(pins), pinning.first_exclusion(pins), pinning.legal(pins)
-        return nearby._all, nearby._decided, nearby._reach, pinning._examples
+        launch = Launches(plan, facts).of(user)
+        launch.decisions, launch.base_decisions(), launch.rules_unsatisfiable(plan.hard_rules[:5])
+        launch.changed({**user, "tp_size": 4}, {"tp_size"}).warnings
+        pinned = Launch(plan, user, facts, resolved=api.resolve("llm", user, facts).values).pinned(pins)
+        pinned.exclusions, pinned.first_exclusion, pinned.satisfiable
+        return launch._all, launch._decided, launch._reached, pinned._parent._pinning._examples
 
     questions = ("shared", "reach", "reach_layout", "structure")
     plan.cache.forget()

@@ -76,7 +76,7 @@ def _print_stats(data: dict) -> None:
 def run_lint(systems: list[str]) -> int:
     from accord.resolver.facts.machine import list_presets, load_preset
     from accord.resolver.facts.schema import FACT_KEYS
-    from accord.resolver.language.lint import lint
+    from accord.resolver.commands.rules_lint import lint
 
     presets = {name: load_preset(name) for name in list_presets()}
     failed = False

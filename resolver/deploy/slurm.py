@@ -83,15 +83,41 @@ def render_pd(pd) -> str:
     server (prefill), the next ones the second's (decode), each as a job step of one task per node
     with its own rank (the step's task index); the router runs on the batch host, with each role's
     node 0 as that role's URL. The job ends when the first of them ends."""
-    from accord.resolver.deploy.disagg import router_command
-
-    spec = pd.spec
-    slurm = spec.deployment["slurm"]
+    slurm = pd.spec.deployment["slurm"]
     rank_var = slurm["step_rank_env"]
+    gpus = max(dep.gpus_per_node for _, dep in pd.roles)  # the job asks every node for the most
+    lines = _pd_header(pd, rank_var, gpus) + _pd_role_comments(pd, gpus)
+    router = pd.spec.disaggregation["router"]
+    lines += [f"# Clients send requests to the router: this script's host (job node 0), port {router['port']}.",
+              "set -euo pipefail", "",
+              f'mapfile -t {HOSTS_VAR} < <(scontrol show hostnames "${slurm["nodelist_env"]}")']
+    lines += _pd_role_hosts(pd)
+    for role, dep in pd.roles:
+        lines += _pd_server_step(role, dep, rank_var)
+    lines += ["",
+              "# the router, on this host",
+              _pd_router_command(pd) + " &",
+              "",
+              "# the job ends when the first of the servers or the router ends (Slurm stops the others)",
+              "wait -n",
+              ""]
+    return "\n".join(lines)
+
+
+def _pd_first_nodes(pd) -> list[tuple[str, Deployment, int]]:
+    """Each role with the index of its first job node: the roles take the job's nodes in turn."""
+    placed, start = [], 0
+    for role, dep in pd.roles:
+        placed.append((role, dep, start))
+        start += dep.nnodes
+    return placed
+
+
+def _pd_header(pd, rank_var: str, gpus: int) -> list[str]:
+    """The #SBATCH lines (every role's nodes, the most GPUs any role uses) and what the script is."""
     total = sum(dep.nnodes for _, dep in pd.roles)
-    gpus = max(dep.gpus_per_node for _, dep in pd.roles)
     first = pd.roles[0][1]
-    lines = [
+    return [
         "#!/bin/bash",
         f"#SBATCH --job-name={pd.name}",
         f"#SBATCH --nodes={total}",
@@ -104,50 +130,57 @@ def render_pd(pd) -> str:
         f"task's index in its server's step).",
         "# Both servers were resolved together: model, page size, KV dtype and transfer backend agree.",
     ]
-    start = 0
-    for role, dep in pd.roles:
+
+
+def _pd_role_comments(pd, gpus: int) -> list[str]:
+    """Per role: its job nodes, GPUs, port and config hash, then its notes and warnings."""
+    lines = []
+    for role, dep, start in _pd_first_nodes(pd):
         lines.append(f"# {role}: job nodes {start}..{start + dep.nnodes - 1}, {dep.gpus_per_node} GPU(s) each, "
                      f"HTTP port {dep.port}; resolved config hash (node 0) {dep.leader.config.hash[:16]}")
         if dep.gpus_per_node < gpus:
             lines.append(f"# {role} note: uses {dep.gpus_per_node} of the {gpus} GPUs the job asks for per node")
         lines += [f"# {role} note: {line}" for line in dep.notes]
         lines += [f"# {role} warning: {line}" for line in dep.warnings()]
-        start += dep.nnodes
-    router = spec.disaggregation["router"]
-    lines += [f"# Clients send requests to the router: this script's host (job node 0), port {router['port']}.",
-              "set -euo pipefail", "",
-              f'mapfile -t {HOSTS_VAR} < <(scontrol show hostnames "${slurm["nodelist_env"]}")']
-    start = 0
-    for role, dep in pd.roles:
+    return lines
+
+
+def _pd_role_hosts(pd) -> list[str]:
+    """Per role: its slice of the job's hosts (for srun --nodelist) and its node 0 (exported, for
+    the rendezvous and the router's URL)."""
+    lines = []
+    for role, dep, start in _pd_first_nodes(pd):
         nodes_var, host_var = _role_var(role, "NODES"), _role_var(role, "HOST")
         lines += [f'{nodes_var}="$(IFS=,; echo "${{{HOSTS_VAR}[*]:{start}:{dep.nnodes}}}")"',
                   f'{host_var}="${{{HOSTS_VAR}[{start}]}}"',
                   f"export {host_var}"]
-        start += dep.nnodes
-    for role, dep in pd.roles:
-        env = "".join(f"export {name}={shlex.quote(str(value))}\n" for name, value in sorted(dep.leader.launch.env.items()))
-        task = "\n" + env + "exec " + _inner(dep, rank_var, _role_var(role, "HOST")) + "\n"
-        n = dep.nnodes
-        lines += ["",
-                  f"# {role} server. Single quotes on purpose: each node's own shell expands ${rank_var}.",
-                  "# shellcheck disable=SC2016",
-                  f'srun --nodes={n} --ntasks={n} --ntasks-per-node=1 --nodelist="${{{_role_var(role, "NODES")}}}" '
-                  f"--kill-on-bad-exit=1 \\",
-                  f"  bash -c {shlex.quote(task)} &"]
+    return lines
+
+
+def _pd_server_step(role: str, dep: Deployment, rank_var: str) -> list[str]:
+    """One role's server as a background srun step on its own nodes, its environment set in the task."""
+    env = "".join(f"export {name}={shlex.quote(str(value))}\n" for name, value in sorted(dep.leader.launch.env.items()))
+    task = "\n" + env + "exec " + _inner(dep, rank_var, _role_var(role, "HOST")) + "\n"
+    n = dep.nnodes
+    return ["",
+            f"# {role} server. Single quotes on purpose: each node's own shell expands ${rank_var}.",
+            "# shellcheck disable=SC2016",
+            f'srun --nodes={n} --ntasks={n} --ntasks-per-node=1 --nodelist="${{{_role_var(role, "NODES")}}}" '
+            f"--kill-on-bad-exit=1 \\",
+            f"  bash -c {shlex.quote(task)} &"]
+
+
+def _pd_router_command(pd) -> str:
+    """The router's command line, every word quoted as written except each role's URL, whose host
+    this shell fills in from the role's node 0."""
+    from accord.resolver.deploy.disagg import router_command
+
     marks = {role: f"\0{role}\0" for role, _ in pd.roles}
     words = []
-    for word in router_command(spec, pd.roles, marks):
+    for word in router_command(pd.spec, pd.roles, marks):
         role = next((r for r in marks if marks[r] in word), None)
         if role is None:
             words.append(shlex.quote(word))
         else:  # a role's URL (http://HOST:PORT): double quotes, so this shell expands the host
             words.append('"' + word.replace(marks[role], f"${{{_role_var(role, 'HOST')}}}") + '"')
-    words = " ".join(words)
-    lines += ["",
-              "# the router, on this host",
-              words + " &",
-              "",
-              "# the job ends when the first of the servers or the router ends (Slurm stops the others)",
-              "wait -n",
-              ""]
-    return "\n".join(lines)
+    return " ".join(words)

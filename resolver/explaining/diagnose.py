@@ -14,12 +14,12 @@ import dataclasses
 import itertools
 from typing import Any, Mapping
 
-from accord.resolver.explaining.explain import minimal_flags, minimal_rules
+from accord.resolver.explaining.explain import minimal_flags
 from accord.resolver.explaining.fixes import Fix, combine, find_fixes, hint_fix
 from accord.resolver.explaining.ranking import fix_allowed
 from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruletypes import Rule
-from accord.resolver.solving.nearby import nearby_for, seed_from_all
+from accord.resolver.solving.launch import Launch, Launches
 from accord.resolver.solving.solve import Env, Plan
 
 MAX_COMBINATIONS = 64     # combined-fix candidates tried before falling back to fixing in rounds
@@ -52,34 +52,34 @@ def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]
     """
     found: list[tuple[list[str], list[Rule]]] = []
     # What solving each command gave, shared by every step; each command below is the launch with
-    # some values dropped, so it starts from what the launch's own solve found (resolver/solving/nearby.py).
-    cache: dict = {}
-    before = nearby_for(plan, user, facts, cache)
+    # some values dropped, so it starts from what the launch's own solve found (resolver/solving/launch.py).
+    family = Launches(plan, facts)
+    before = family.of(user)
     remaining = dict(user)
-    while before.decisions() is None:  # not satisfiable
-        broken = minimal_rules(plan, remaining, facts, cache=cache)
+    while not before.satisfiable:
+        broken = before.minimal_rules()
         flags = minimal_flags(plan, remaining, facts, broken)
-        rules = minimal_rules(plan, {k: remaining[k] for k in flags}, facts, broken, cache)
+        rules = family.of({k: remaining[k] for k in flags}).minimal_rules(broken)
         found.append((flags, rules, _typed_as_default(plan, remaining, facts, flags, rules)))
         if not flags:
             break  # the facts alone are contradictory: nothing the user can drop separates more
         for name in flags:
             remaining.pop(name)
-        seed_from_all(cache, remaining)
-        before = nearby_for(plan, remaining, facts, cache)
+        family.seed(remaining)
+        before = family.of(remaining)
     found.sort(key=lambda item: [plan.order[name] for name in item[0] + item[2]])
     conflicts = []
     for flags, rules, named in found:
         # Judge each conflict's fixes without the others, so independent conflicts each get theirs.
         others = {name for other, _, _ in found if other is not flags for name in other}
         isolated = {k: v for k, v in user.items() if k not in others}
-        seed_from_all(cache, isolated)
+        family.seed(isolated)
         read_facts = sorted(set().union(*(r.reads_facts for r in rules)) & set(facts))
         named = [name for name in named if name in isolated]  # another conflict's flag is that one's
-        fixes = find_fixes(plan, isolated, facts, flags + named, rules, cache)
+        fixes = find_fixes(family.of(isolated), flags + named, rules)
         conflicts.append(Conflict(tuple(flags), tuple(r.id for r in rules), tuple(read_facts), tuple(fixes),
                                   tuple(named)))
-    return _one_fix_for_all(plan, user, facts, _defaults_are_free(conflicts), cache)
+    return _one_fix_for_all(family, user, _defaults_are_free(conflicts))
 
 
 def _typed_as_default(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], flags: list[str],
@@ -106,8 +106,7 @@ def _typed_as_default(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, A
     return found
 
 
-def _one_fix_for_all(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
-                     conflicts: list[Conflict], cache: dict | None = None) -> list[Conflict]:
+def _one_fix_for_all(family: Launches, user: Mapping[str, Any], conflicts: list[Conflict]) -> list[Conflict]:
     """One conflict instead of several when one of its fixes resolves the whole launch.
 
     Separating conflicts drops the flags of each from the others, so a typed value the first one
@@ -117,13 +116,12 @@ def _one_fix_for_all(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, An
     fixes that resolve the whole launch."""
     if len(conflicts) < 2:
         return conflicts
-    by_id = plan.ruleset.by_id()
-    if cache is not None:
-        seed_from_all(cache, user)
-    launch = nearby_for(plan, user, facts, cache)
+    by_id = family.plan.ruleset.by_id()
+    family.seed(user)
+    launch = family.of(user)
 
     def resolves(fix: Fix) -> bool:
-        return launch.solve(fix.apply(user), fix.flags()) is not None
+        return launch.changed(fix.apply(user), fix.flags()).satisfiable
 
     broken = [c for c in conflicts if launch.rules_unsatisfiable([by_id[r] for r in c.rules])]
     # (a conflict whose rules the launch as typed does not break was made by the separation)
@@ -135,7 +133,7 @@ def _one_fix_for_all(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, An
         if conflict.fixes:
             continue  # fixes of its own that leave the others standing: an independent conflict
         # No fix without the other conflicts' values: judged again with every typed value in place.
-        fixes = find_fixes(plan, user, facts, list(conflict.typed()), [by_id[r] for r in conflict.rules], cache)
+        fixes = find_fixes(launch, list(conflict.typed()), [by_id[r] for r in conflict.rules])
         whole = tuple(fix for fix in fixes if resolves(fix))
         if whole:
             return [dataclasses.replace(conflict, fixes=whole)]
@@ -278,11 +276,11 @@ def drop_chains(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
         rest = drop.apply(user)
         if plan.satisfiable(rest, facts):
             continue  # verified but ranked below the offered fixes
-        broken = minimal_rules(plan, rest, facts)
+        broken = Launch(plan, rest, facts).minimal_rules()
         culprits = minimal_flags(plan, rest, facts, broken)
-        broken = minimal_rules(plan, {k: rest[k] for k in culprits}, facts, broken)
+        broken = Launch(plan, {k: rest[k] for k in culprits}, facts).minimal_rules(broken)
         then = None
-        for fix in find_fixes(plan, rest, facts, culprits, broken):
+        for fix in find_fixes(Launch(plan, rest, facts), culprits, broken):
             both = combine([drop, dataclasses.replace(fix, rule=None)])
             if both is None or any(_within(f, both) for f in fixes):
                 continue  # an offered fix does less and already works

@@ -1,10 +1,11 @@
 """Explaining an unsatisfiable launch: minimal conflicts, and the values their proofs read.
 
 A conflict is *minimal*: the user values and hard rules it names are together unsatisfiable, and
-dropping any one of them makes the rest satisfiable. We find it with QuickXplain (divide and
-conquer over the candidates), and every check is cheap because facts and user values are constants.
-The checks all ask about commands near the user's (a subset of the rules, a few values dropped), so
-they go through resolver/solving/nearby.py, which answers each from what the nearby commands' solves found.
+dropping any one of them makes the rest satisfiable. We find it with QuickXplain
+(resolver/solving/quickxplain.py), and every check is cheap because facts and user values are
+constants. The rules of a conflict are a launch's own question (`Launch.minimal_rules`,
+resolver/solving/launch.py), answered from what the nearby commands' solves found; the fewest
+user values are found here.
 
 Fixes (fixes.py) build on these cores; diagnose.py puts the two together into the conflicts a
 report shows.
@@ -21,30 +22,8 @@ from accord.resolver.language.expr import Expr
 from accord.resolver.language.expr_compiler import dotted_name, meta_read
 from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruletypes import Derived, Rule
-from accord.resolver.solving.nearby import nearby_for
+from accord.resolver.solving.quickxplain import quickxplain
 from accord.resolver.solving.solve import Env, Plan
-
-
-def quickxplain(items: list, unsat) -> list:
-    """A minimal subset of `items` for which `unsat` holds (Junker's QuickXplain).
-
-    `unsat(items)` must be true. Splitting the list in halves finds a k-element core of n items in
-    about k·log(n/k) checks instead of deletion's n, which matters with hundreds of rules.
-    """
-    def search(background: list, added: bool, candidates: list) -> list:
-        if added and unsat(background):
-            return []
-        if len(candidates) == 1:
-            return list(candidates)
-        half = len(candidates) // 2
-        first, second = candidates[:half], candidates[half:]
-        core2 = search(background + first, bool(first), second)
-        core1 = search(background + core2, bool(core2), first)
-        return core1 + core2
-
-    if not items or unsat([]):
-        return []
-    return search([], False, list(items))
 
 
 def minimal_flags(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
@@ -53,16 +32,6 @@ def minimal_flags(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
     names = sorted(user, key=plan.order.get)
     core = quickxplain(names, lambda subset: not plan.satisfiable({k: user[k] for k in subset}, facts, rules))
     return sorted(core, key=plan.order.get)
-
-
-def minimal_rules(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
-                  rules: list[Rule] | None = None, cache: dict | None = None) -> list[Rule]:
-    """A minimal set of hard rules (from `rules`, default all) that, with `user`, is unsatisfiable
-    (`cache`: the explanation's `Nearby` objects)."""
-    pool = list(plan.hard_rules if rules is None else rules)
-    nearby = nearby_for(plan, user, facts, cache)  # most checks need no solve (resolver/solving/nearby.py)
-    core = set(id(r) for r in quickxplain(pool, nearby.rules_unsatisfiable))
-    return [r for r in pool if id(r) in core]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,7 +39,7 @@ from accord.resolver.explaining.ranking import (
 )
 from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruletypes import Rule
-from accord.resolver.solving.nearby import Nearby, Neighbour, nearby_for
+from accord.resolver.solving.launch import Launch
 from accord.resolver.solving.solve import Env, Plan, RelaxedValues
 
 MAX_FIXES = 5
@@ -111,10 +111,9 @@ def combine(fixes: list[Fix]) -> Fix | None:
     return Fix(tuple(changes.items()), tuple(drops), rule, tuple(sorted(fill_in.items())), "; ".join(notes))
 
 
-def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
-               flags: list[str], rules: list[Rule], cache: dict | None = None) -> list[Fix]:
-    """The verified fixes of one conflict (its user `flags` and `rules`), best first (`cache`: the
-    explanation's `Nearby` objects, see resolver/solving/nearby.py).
+def find_fixes(launch: Launch, flags: list[str], rules: list[Rule]) -> list[Fix]:
+    """The verified fixes of one conflict (its user `flags` and `rules`) of a launch, best first;
+    each candidate is solved as the launch changed (resolver/solving/launch.py).
 
     The candidates a fix may not be (one dropping or swapping the served model, or adding a
     checkpoint fact) are left out, and the rest are ranked by the one preference ranking
@@ -132,10 +131,12 @@ def find_fixes(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
     the one it replaced, which the static order counts as neither. At most MAX_TRIED candidates
     are solved.
     """
+    plan, user, facts = launch.plan, launch.user, launch.facts
     env = Env(plan, dict(user), facts, {})
     ordered = _static_order(plan, user, env, _candidates(plan, user, facts, flags, rules))
-    nearby = nearby_for(plan, dict(user), facts, cache)  # `Fix.apply` gives plain dicts
-    scored = _verified(plan, user, facts, env, nearby, ordered[:MAX_TRIED])
+    # `Fix.apply` gives plain dicts: the candidates are changes of the command as typed, not relaxed
+    base = launch if type(user) is dict else launch.sibling(dict(user))
+    scored = _verified(launch, base, env, ordered[:MAX_TRIED])
     ranked = _declared_order(rank(scored, lambda item: item[0]))
     return pick(ranked, lambda fix: _size_flag(plan, fix), MAX_FIXES, PER_FLAG)
 
@@ -177,21 +178,22 @@ def _static_facts(plan: Plan, user: Mapping[str, Any], env: Env, hinted_flags: s
                     distance=sum(distance(v, user.get(n)) for n, v in fix.changes), order=order)
 
 
-def _verified(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], env: Env, nearby: Nearby,
+def _verified(launch: Launch, base: Launch, env: Env,
               ordered: list[tuple[FixFacts, Fix]]) -> list[tuple[FixFacts, Fix]]:
-    """The candidates that solve, with their solved ranking facts; stops once MAX_FIXES of them
-    would be picked as clean (KV floor kept, no new warning), since a later one ranks after them."""
+    """The candidates that solve (as `base`, the launch as typed, changed), with their solved
+    ranking facts; stops once MAX_FIXES of them would be picked as clean (KV floor kept, no new
+    warning), since a later one ranks after them."""
+    plan, user, facts = launch.plan, launch.user, launch.facts
     before: set[str] | None = None
     scored: list[tuple[FixFacts, Fix]] = []
     clean, sizes = 0, {}
     for known, fix in ordered:
-        solved = nearby.solve(fix.apply(user), fix.flags())
-        if solved is None:
+        solved = base.changed(fix.apply(user), fix.flags())
+        if not solved.satisfiable:
             continue
         if before is None:
-            decided = plan.decisions(user, facts)
-            before = set() if decided is None else nearby.command_warnings(user, decided)
-        verified = _solved_facts(plan, user, facts, env, fix, known, solved, nearby.warnings(solved) - before)
+            before = launch.warnings
+        verified = _solved_facts(plan, user, facts, env, fix, known, solved, solved.warnings - before)
         scored.append((verified, fix))
         if verified.kv_ok and verified.added_warnings == 0 and fix.alternative is None:
             # counted as `pick` would take it: a third size of one flag waits behind other ways out
@@ -204,13 +206,13 @@ def _verified(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], env
 
 
 def _solved_facts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], env: Env, fix: Fix,
-                  known: FixFacts, solved: Neighbour, added: set[str]) -> FixFacts:
+                  known: FixFacts, solved: Launch, added: frozenset[str]) -> FixFacts:
     """A candidate's ranking facts once solved: the static ones with what only the solve tells."""
-    kv_ok = not kv_floor_moves(plan, fix.flags()) or kv_floor_holds(plan, solved.values, facts, solved.decided)
+    kv_ok = not kv_floor_moves(plan, fix.flags()) or kv_floor_holds(plan, solved.user, facts, solved.decisions)
     # A dropped flag is as fast, and as far from the typed value, as what the solver then picks.
     now = list(fix.changes)
     if fix.drops:
-        after = Env(plan, solved.values, facts, solved.decided, plan.shared(solved.values, facts))
+        after = Env(plan, solved.user, facts, solved.decisions, solved.shared)
         now += [(name, _value(after, name)) for name in fix.drops]
     return dataclasses.replace(known, kv_ok=kv_ok, added_warnings=len(added),
                                slowness=slowness(plan, now, env),

@@ -17,7 +17,7 @@ Speed: one solve per value costs ~0.5 s on the LLM rules (~300 values); this tak
 answers need no search: the resolved configuration, with the pinned value swapped in, either still
 satisfies every rule the pinned flag can influence (legal, by example) or breaks a rule that no
 choice of the other flags can repair (illegal). Only the rest is solved, and only on the part of
-the problem the pinned flag touches (see `Pinning`, which the CI matrix uses too).
+the problem the pinned flag touches (`Launch.pinned`, which the CI matrix uses too).
 
 This module computes the verdicts; `dryrun_text.py` prints them (a short view, or every flag in full).
 """
@@ -38,7 +38,7 @@ from accord.resolver.explaining.report import describe_value
 from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.language.catalog import RULES_DIR
 from accord.resolver.language.yamlcache import read_yaml_files
-from accord.resolver.solving.pinning import Pinning
+from accord.resolver.solving.launch import Launch
 from accord.resolver.solving.solve import Env, Plan
 
 
@@ -245,13 +245,13 @@ def judge(plan: Plan, names: list[str], user: Mapping[str, Any], facts: Mapping[
           config: ResolvedConfig) -> list[Choice]:
     """Each named flag's verdicts against a configuration `user` and `facts` already resolved to
     (the configurator resolves a launch once and answers both the command and its choices from it)."""
-    pinning = Pinning(plan, user, facts, config)
+    launch = Launch(plan, user, facts, resolved=config.values)
     env = Env(plan, dict(user), facts, {})
     choices = []
     for name in names:
         legal, excluded, derived = [], [], []
         for value in values_of(plan, name, [facts]):
-            rules = None if value == config.values[name] else pinning.verdict({name: value})
+            rules = None if value == config.values[name] else launch.pinned({name: value}).excluded_by
             if rules is None:
                 legal.append(value)
             else:

@@ -1,7 +1,7 @@
 """Which rows of an `accord matrix` are legal: the search space, its exclusions and its nogoods.
 
 `Space` holds the axes, the fixed flags and each context's facts (a preset, with a model's facts
-on top when there is a model axis), judges partial rows against the rules (`Pinning`), and finds
+on top when there is a model axis), judges partial rows against the rules (`Launch.pinned`), and finds
 the legal full rows extending one, depth first. It is separate from the row generators
 (`matrix_rows`) because it answers only "can this combination be in a legal row, and if not,
 which rules say so"; how rows are picked to cover the legal combinations is another question.
@@ -31,7 +31,7 @@ from accord.resolver.exploring.matrix_axes import (
     row_key,
 )
 from accord.resolver.language.ruletypes import Rule
-from accord.resolver.solving.pinning import Pinning
+from accord.resolver.solving.launch import Launch
 
 
 class Space:
@@ -40,7 +40,7 @@ class Space:
     A row's *context* is its preset and, with a model axis, its model: `models[model][preset]` are
     then the facts it is judged with (the preset's, with the model's on top), and the model is its
     `--model-path`. The fixed flags are resolved once per context; a partial row is a set of pinned
-    values on top of that resolve (see `accord.resolver.solving.pinning.Pinning`), so most checks need no search.
+    values on top of that resolve (`Launch.pinned`, resolver/solving/launch.py), so most checks need no search.
     With `respect_rules=False` every row is legal: the unconstrained baseline.
     """
 
@@ -59,7 +59,7 @@ class Space:
         self.fixed = dict(fixed)
         self.respect_rules = respect_rules
         self.context_axes = [a.name for a in axes if a.name in CONTEXT_AXES]
-        self._pinnings: dict[tuple, Pinning] = {}
+        self._launches: dict[tuple, Launch] = {}
         self._freed: dict[tuple, dict[str, Any]] = {}  # per context, the defaults given another value
         self._exclusions: dict[tuple, list[tuple[Rule, ...]] | None] = {}
         self._completable: dict[tuple, bool] = {}
@@ -114,17 +114,17 @@ class Space:
     def pins(row: Mapping[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in row.items() if k not in CONTEXT_AXES}
 
-    def pinning(self, row: Mapping[str, Any]) -> Pinning:
-        """The fixed flags resolved in the row's context (no example when they conflict there)."""
+    def launch(self, row: Mapping[str, Any]) -> Launch:
+        """The fixed flags in the row's context, resolved (a row is that launch pinned)."""
         context = tuple(row.get(name) for name in CONTEXT_AXES)
-        if context not in self._pinnings:
+        if context not in self._launches:
             facts, user = self.facts(row), self.context_flags(row)
             try:
-                config = resolve(self.system, user, facts, strict=self.strict)
+                resolved = resolve(self.system, user, facts, strict=self.strict).values
             except ConflictError:
-                config = None
-            self._pinnings[context] = Pinning(self.plan, user, facts, config)
-        return self._pinnings[context]
+                resolved = None
+            self._launches[context] = Launch(self.plan, user, facts, resolved=resolved)
+        return self._launches[context]
 
     def exclusions(self, row: Mapping[str, Any], every: bool = False) -> list[tuple[Rule, ...]] | None:
         """None if the row (which names its context) is legal as pinned, else rule groups that
@@ -136,8 +136,8 @@ class Space:
         if (key, True) in self._exclusions:
             return self._exclusions[key, True]
         if (key, every) not in self._exclusions:
-            pinning, pins = self.pinning(row), self.pins(row)
-            found = pinning.exclusions(pins) if every else pinning.first_exclusion(pins)
+            pinned = self.launch(row).pinned(self.pins(row))
+            found = pinned.exclusions if every else pinned.first_exclusion
             self._exclusions[key, every] = found
         return self._exclusions[key, every]
 
@@ -147,11 +147,11 @@ class Space:
         Such an exclusion only depends on the context and on the row's values of flags the rules
         can see, so that part of the row is remembered as a nogood: no legal row holds it.
         """
-        pinning = self.pinning(row)
+        launch = self.launch(row)
         open_flags = {a.name for a in self.axes if a.name not in row}
         settled = False
         for group in groups:
-            repairs = pinning.repair_flags(group)
+            repairs = launch.repair_flags(group)
             if not repairs & open_flags:
                 settled = True
                 self._learn(frozenset(item for item in row_items(row) if item[0] in CONTEXT_AXES or item[0] in repairs))
@@ -197,8 +197,8 @@ class Space:
             return context[0]
         groups = self.exclusions(row)
         if groups:
-            pinning = self.pinning(row)
-            repairs = [[a for a in open_axes if a.name in pinning.repair_flags(g)] for g in groups]
+            launch = self.launch(row)
+            repairs = [[a for a in open_axes if a.name in launch.repair_flags(g)] for g in groups]
             return min(repairs, key=len)[0]
         return open_axes[0]
 

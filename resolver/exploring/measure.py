@@ -123,48 +123,85 @@ def one_request(port: int, prompt: list[int], output_len: int, timeout: float = 
 def load(port: int, workload: Workload, seconds: float, vocab: int, seed: int = 0) -> dict[str, Any]:
     """Closed-loop users (or an open-loop rate) for `seconds`, or a burst (every request at once,
     timed until the last one ends); throughput and mean TTFT / TPOT."""
-    rng = random.Random(seed)
-    top = max(2, min(vocab, 250))
-    done: list[tuple[float, float, int]] = []
-    errors: list[str] = []
-    lock = threading.Lock()
-    deadline = 0.0
+    run = _LoadRun(port, workload, seconds, vocab, seed)
+    run.warm_up()
+    start = time.monotonic()
+    run.deadline = start + seconds
+    if workload.burst is not None:
+        run.at_once()
+    elif workload.request_rate is not None:
+        run.paced()
+    else:
+        run.closed_loop()
+    return run.summary(time.monotonic() - start)
 
-    def prompt() -> list[int]:
-        with lock:
-            return [rng.randrange(1, top) for _ in range(workload.input_len)]
 
-    def send(timeout: float) -> bool:
+class _LoadRun:
+    """One `load`: the random prompts, and the results and errors its request threads record."""
+
+    def __init__(self, port: int, workload: Workload, seconds: float, vocab: int, seed: int):
+        self.port, self.workload, self.seconds = port, workload, seconds
+        self.rng = random.Random(seed)
+        self.top = max(2, min(vocab, 250))
+        self.done: list[tuple[float, float, int]] = []
+        self.errors: list[str] = []
+        self.lock = threading.Lock()
+        self.deadline = 0.0
+
+    def prompt(self) -> list[int]:
+        with self.lock:
+            return [self.rng.randrange(1, self.top) for _ in range(self.workload.input_len)]
+
+    def warm_up(self) -> None:
+        """One short request, not counted: a server that cannot answer it is not measured."""
+        try:
+            one_request(self.port, self.prompt(), min(4, self.workload.output_len), timeout=WARMUP_TIMEOUT_S)
+        except (OSError, http.client.HTTPException) as err:
+            raise RuntimeError(f"no answer to a warm-up request within {WARMUP_TIMEOUT_S} s ({err})") from None
+
+    def send(self, timeout: float) -> bool:
         """One request, its result or error recorded; False when it failed (the run goes on)."""
         try:
-            result = one_request(port, prompt(), workload.output_len, timeout=timeout)
+            result = one_request(self.port, self.prompt(), self.workload.output_len, timeout=timeout)
         except Exception as err:  # counted and reported
-            with lock:
-                errors.append(str(err)[:200])
+            with self.lock:
+                self.errors.append(str(err)[:200])
             return False
-        with lock:
-            done.append(result)
+        with self.lock:
+            self.done.append(result)
         return True
 
-    def user() -> None:
-        while time.monotonic() < deadline and send(seconds + 60):
+    def user(self) -> None:
+        """A closed-loop user: its next request when the last one ends, until the deadline or an error."""
+        while time.monotonic() < self.deadline and self.send(self.seconds + 60):
             pass
 
-    def at_once() -> None:
-        threads = [threading.Thread(target=send, args=(seconds + 600,), daemon=True)
-                   for _ in range(workload.burst or 1)]
+    def closed_loop(self) -> None:
+        """`concurrency` users (1 by default), each until the deadline."""
+        users = [threading.Thread(target=self.user, daemon=True) for _ in range(self.workload.concurrency or 1)]
+        for t in users:
+            t.start()
+        for t in users:
+            t.join()
+
+    def at_once(self) -> None:
+        """The burst: every request at once, waited for to the last."""
+        threads = [threading.Thread(target=self.send, args=(self.seconds + 600,), daemon=True)
+                   for _ in range(self.workload.burst or 1)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
 
-    def paced() -> None:
-        gap = 1.0 / workload.request_rate
+    def paced(self) -> None:
+        """The open loop: a request every 1 / rate seconds until the deadline, each on its own thread."""
+        gap = 1.0 / self.workload.request_rate
         threads = []
         at = time.monotonic()
-        while at < deadline:
-            t = threading.Thread(target=lambda: done.append(
-                one_request(port, prompt(), workload.output_len, timeout=seconds + 60)), daemon=True)
+        while at < self.deadline:
+            t = threading.Thread(target=lambda: self.done.append(
+                one_request(self.port, self.prompt(), self.workload.output_len, timeout=self.seconds + 60)),
+                daemon=True)
             t.start()
             threads.append(t)
             at += gap
@@ -172,30 +209,16 @@ def load(port: int, workload: Workload, seconds: float, vocab: int, seed: int = 
         for t in threads:
             t.join()
 
-    try:  # warm-up, not counted
-        one_request(port, prompt(), min(4, workload.output_len), timeout=WARMUP_TIMEOUT_S)
-    except (OSError, http.client.HTTPException) as err:
-        raise RuntimeError(f"no answer to a warm-up request within {WARMUP_TIMEOUT_S} s ({err})") from None
-    start = time.monotonic()
-    deadline = start + seconds
-    if workload.burst is not None:
-        at_once()
-    elif workload.request_rate is not None:
-        paced()
-    else:
-        users = [threading.Thread(target=user, daemon=True) for _ in range(workload.concurrency or 1)]
-        for t in users:
-            t.start()
-        for t in users:
-            t.join()
-    elapsed = time.monotonic() - start
-    tokens = sum(n for _, _, n in done)
-    ttft = [f for f, _, _ in done]
-    tpot = [(total - f) / (n - 1) for f, total, n in done if n > 1]
-    return {"requests": len(done), "errors": len(errors), "throughput_tok_s": round(tokens / elapsed, 1),
-            "ttft_ms": round(1e3 * sum(ttft) / len(ttft), 2) if ttft else None,
-            "tpot_ms": round(1e3 * sum(tpot) / len(tpot), 3) if tpot else None,
-            **({"first_error": errors[0]} if errors else {})}
+    def summary(self, elapsed: float) -> dict[str, Any]:
+        """Requests and errors counted, throughput over `elapsed`, and mean TTFT / TPOT."""
+        done, errors = self.done, self.errors
+        tokens = sum(n for _, _, n in done)
+        ttft = [f for f, _, _ in done]
+        tpot = [(total - f) / (n - 1) for f, total, n in done if n > 1]
+        return {"requests": len(done), "errors": len(errors), "throughput_tok_s": round(tokens / elapsed, 1),
+                "ttft_ms": round(1e3 * sum(ttft) / len(ttft), 2) if ttft else None,
+                "tpot_ms": round(1e3 * sum(tpot) / len(tpot), 3) if tpot else None,
+                **({"first_error": errors[0]} if errors else {})}
 
 
 def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:

@@ -6,7 +6,7 @@ of the best of the one before, because the speed axes multiply into millions of 
 
 1. layout: every combination of the parallel sizes (tp, dp, pp, ep, DP attention; the node count
    too with `max_nodes` above 1, a launch over several nodes getting a rendezvous placeholder), judged against
-   the baseline's resolve (`Pinning`); each legal one is resolved and predicted as resolved;
+   the baseline's resolve (`Launch.pinned`); each legal one is resolved and predicted as resolved;
 2. attention: for the best layouts (a beam: half by throughput per GPU, half by tokens/s per user,
    plus the baseline's), the attention backend, KV dtype and page size, each value first on its
    own, then every combination of the values legal on their own;

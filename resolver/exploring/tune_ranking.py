@@ -64,35 +64,77 @@ def rank(search: RankedSearch, pool: list[Candidate], baseline: Candidate, sourc
     """The search's candidates ranked, the shown ones resolved for real; raises NoCandidate (exit 3)
     when none is left."""
     prefs = Env(search.plan, dict(search.user), search.facts, {})
-    unique: dict[tuple, Candidate] = {}
-    for c in pool:  # two pin sets that resolve alike are one candidate: keep the closer one
-        kept = unique.get(c.effective)
-        if kept is None or tie_break(c, baseline, prefs) < tie_break(kept, baseline, prefs):
-            unique[c.effective] = c
-    found = list(unique.values())
-    missed = 0
-    if search.sla:
-        kept = [c for c in found if search.sla.met(c.predicted)]
-        missed = len(found) - len(kept)
-        found = kept
-    # Throughputs closer than the model's resolution rank as equal: the tie-break then keeps
-    # what `accord resolve` picks rather than chase a difference the model cannot vouch for.
-    step = math.log1p(float(search.costs.data.get("ranking", {}).get("resolution", 0.0)) or 1e-12)
-    level = lambda x: -math.floor(math.log(max(x, 1e-9)) / step)
+    tie = lambda c: tie_break(c, baseline, prefs)
+    found, missed = _meeting_sla(search.sla, _one_per_effect(pool, tie))
+    level = _at_resolution(search.costs)
+    order = lambda c: rank_key(c, level, tie)
     # Without an SLA the Pareto frontier comes first (each marked `pareto`), then the rest.
-    front = ({id(c) for c in pareto(found, lambda c: tie_break(c, baseline, prefs), level)}
-             if not search.sla else set())
-    order = lambda c: rank_key(c, level, lambda c: tie_break(c, baseline, prefs))
+    _mark_pareto(found, level, tie, search.sla)
+    found.sort(key=order)
+    found = _one_per_speed(found)
+    distinct = len(found)
+    shown, too_close = _resolve_shown(search, found)
+    # The shown ones were predicted again from their own resolve: the frontier is redrawn on those.
+    if not search.sla:
+        _mark_pareto(shown, level, tie, search.sla)
+    shown.sort(key=order)
+    result = _tune_result(search, baseline, source, shown, missed)
+    result.distinct, result.too_close = distinct, too_close
+    if not shown:
+        raise NoCandidate(_why_none(search))
+    for c in shown:
+        c.why = explain(c, search.facts)
+    if len(shown) > 1:
+        result.versus = versus(shown[0], shown[1])
+    return result
+
+
+def _one_per_effect(pool: list[Candidate], tie: Callable[[Candidate], tuple]) -> list[Candidate]:
+    """Two pin sets that resolve alike are one candidate: of them, keep the first by the tie-break."""
+    unique: dict[tuple, Candidate] = {}
+    for c in pool:
+        kept = unique.get(c.effective)
+        if kept is None or tie(c) < tie(kept):
+            unique[c.effective] = c
+    return list(unique.values())
+
+
+def _meeting_sla(sla: SLA, found: list[Candidate]) -> tuple[list[Candidate], int]:
+    """The candidates predicted to meet the SLA (all without one), and how many missed it."""
+    if not sla:
+        return found, 0
+    kept = [c for c in found if sla.met(c.predicted)]
+    return kept, len(found) - len(kept)
+
+
+def _at_resolution(costs: CostModel) -> Callable[[float], float]:
+    """A figure's level on the cost model's resolution (lower is better): throughputs closer than
+    the resolution rank as equal, so the tie-break then keeps what `accord resolve` picks rather
+    than chase a difference the model cannot vouch for."""
+    step = math.log1p(float(costs.data.get("ranking", {}).get("resolution", 0.0)) or 1e-12)
+    return lambda x: -math.floor(math.log(max(x, 1e-9)) / step)
+
+
+def _mark_pareto(found: list[Candidate], level: Callable[[float], float], tie: Callable[[Candidate], tuple],
+                 sla: SLA) -> None:
+    """Mark each candidate `pareto` when it is on the frontier (`rank_key` shows those first);
+    under an SLA none is."""
+    front = {id(c) for c in pareto(found, tie, level)} if not sla else set()
     for c in found:
         c.predicted["pareto"] = id(c) in front
-    found.sort(key=order)
-    # Candidates predicted to run exactly alike are one row: the first by the tie-break.
+
+
+def _one_per_speed(found: list[Candidate]) -> list[Candidate]:
+    """Candidates predicted to run exactly alike are one row: the first in `found`'s order."""
     alike: set[tuple] = set()
-    found = [c for c in found if not (_speed(c) in alike or alike.add(_speed(c)))]
-    distinct = len(found)
-    # The shown candidates are resolved for real: their argv must resolve as is, and the
-    # prediction is redone from the resolved values (the search read them from an example).
-    shown = []
+    return [c for c in found if not (_speed(c) in alike or alike.add(_speed(c)))]
+
+
+def _resolve_shown(search: RankedSearch, found: list[Candidate]) -> tuple[list[Candidate], int]:
+    """The first `verify` candidates that resolve for real (their argv must resolve as is, and the
+    prediction is redone from the resolved values: the search read them from an example), and how
+    many were left out under `--measure` as predicted too close to one already shown."""
+    shown: list[Candidate] = []
     seen: list[float] = []
     too_close = 0
     for c in found:
@@ -107,29 +149,27 @@ def rank(search: RankedSearch, pool: list[Candidate], baseline: Candidate, sourc
         done = finish(search, c)
         if done is not None:
             shown.append(done)
-    # The shown ones were predicted again from their own resolve: the frontier is redrawn on those.
-    if not search.sla:
-        front = {id(c) for c in pareto(shown, lambda c: tie_break(c, baseline, prefs), level)}
-        for c in shown:
-            c.predicted["pareto"] = id(c) in front
-    shown.sort(key=order)
+    return shown, too_close
+
+
+def _tune_result(search: RankedSearch, baseline: Candidate, source: str, shown: list[Candidate],
+                 missed: int) -> TuneResult:
+    """The result carrying the shown candidates and the search's counts for the report."""
     result = TuneResult(baseline, source, shown, search.judged, search.excluded, search.legal, search.pruned,
                         search.no_fit, missed, search.device, search.workload, search.sla)
     result.user_argv = search.argv({})
     result.facts = search.facts
-    result.distinct, result.too_close = distinct, too_close
     result.max_nodes = search.max_nodes
-    if not shown:
-        why = (f"none of the {search.legal} legal candidates meets the SLA" if search.sla and search.legal
-               else f"no legal candidate leaves KV-cache room for one request of "
-                    f"{search.workload.input_len + search.workload.output_len} tokens")
-        raise NoCandidate(f"accord tune found no candidate: {why} ({search.judged} judged). Loosen "
-                          "--max-ttft-ms / --max-tpot-ms, shorten the workload, or allow more GPUs.")
-    for c in shown:
-        c.why = explain(c, search.facts)
-    if len(shown) > 1:
-        result.versus = versus(shown[0], shown[1])
     return result
+
+
+def _why_none(search: RankedSearch) -> str:
+    """What NoCandidate says when no candidate is left: the SLA, or the KV room, ruled them out."""
+    why = (f"none of the {search.legal} legal candidates meets the SLA" if search.sla and search.legal
+           else f"no legal candidate leaves KV-cache room for one request of "
+                f"{search.workload.input_len + search.workload.output_len} tokens")
+    return (f"accord tune found no candidate: {why} ({search.judged} judged). Loosen "
+            "--max-ttft-ms / --max-tpot-ms, shorten the workload, or allow more GPUs.")
 
 
 def rank_key(c: Candidate, level: Callable[[float], float], tie: Callable[[Candidate], tuple]) -> tuple:

@@ -27,7 +27,7 @@ from accord.resolver.exploring.tune_candidates import SLA, Candidate, TuneResult
 from accord.resolver.exploring.tune_ranking import rank
 from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.language.expr_runtime import UnknownFact
-from accord.resolver.solving.pinning import Pinning
+from accord.resolver.solving.launch import Launch
 from accord.resolver.explaining.ranking import slowness
 from accord.resolver.solving.solve import Env, Plan
 
@@ -136,13 +136,13 @@ class Search:
                 f"(e.g. 10.0.0.1); node N runs the command with {spelled('rank')} N")
 
     # -- judging ------------------------------------------------------------------------------
-    def judge(self, pinning: Pinning, pins: Mapping[str, Any], base: Mapping[str, Any] = {}) -> bool:
+    def judge(self, launch: Launch, pins: Mapping[str, Any], base: Mapping[str, Any] = {}) -> bool:
         """Ask the solver; count the verdict (an exclusion against its rule families)."""
         pins = without_unset(pins)
         key = pins_key({**base, **pins})
         self.judged += 1
         self.judged_keys.add(key)
-        groups = pinning.first_exclusion(pins)
+        groups = launch.pinned(pins).first_exclusion
         if groups is None:
             return True
         self.excluded += 1
@@ -194,7 +194,7 @@ class Search:
         # The baseline as a candidate: every axis at its resolved value, judged like the others.
         baseline_pins = {n: base_values[n] for axes in stage_axes.values() for n in axes}
         baseline_pins.update(relaxed)
-        root = Pinning(self.plan, self.user, self.facts, baseline_config)
+        root = Launch(self.plan, self.user, self.facts, resolved=baseline_config.values)
 
         pool: list[Candidate] = []
         base_layout = {n: base_values[n] for n in layout_axes}
@@ -202,10 +202,10 @@ class Search:
         layouts = self.layouts(root, layout_axes, base_layout, pool)
 
         # Later stages: each expands the best of the one before (and the baseline's values); the
-        # layouts chosen are resolved for real first (a Pinning needs the resolved configuration).
+        # layouts chosen are resolved for real first (their candidates are judged as that launch pinned).
         must = dict(base_layout)
         chosen = {id(c) for c in self.best(layouts, self.beam["layout"], must=must)}
-        parents = [(c, self.pinning(c.pins)) for c in layouts if id(c) in chosen]
+        parents = [(c, self.launch(c.pins)) for c in layouts if id(c) in chosen]
         parents = [(c, p) for c, p in parents if p is not None]
         previous = "layout"
         for stage in self.stages[1:]:
@@ -229,7 +229,7 @@ class Search:
             self.judge(root, baseline_pins)
         return rank(self, pool, baseline, source)
 
-    def layouts(self, root: Pinning, axes: Mapping[str, list[Any]], base_layout: Mapping[str, Any],
+    def layouts(self, root: Launch, axes: Mapping[str, list[Any]], base_layout: Mapping[str, Any],
                 pool: list[Candidate]) -> list[Candidate]:
         """Every legal combination of the parallel sizes, predicted from the baseline's resolve with
         the sizes pinned (the baseline's own layout always among them)."""
@@ -237,7 +237,7 @@ class Search:
         for combo in map(self.over_nodes, _product(axes)):
             if not self.judge(root, combo):
                 continue
-            candidate = self.predict(root.environment(without_unset(combo)), combo, "layout")
+            candidate = self.predict(root.pinned(without_unset(combo)).environment, combo, "layout")
             if candidate is not None:
                 found.append(candidate)
                 pool.append(candidate)
@@ -248,53 +248,53 @@ class Search:
                 found.append(candidate)
         return found
 
-    def pinning(self, pins: Mapping[str, Any]) -> Pinning | None:
-        """The Pinning of the command with `pins` typed, from its own resolve (None: it conflicts)."""
+    def launch(self, pins: Mapping[str, Any]) -> Launch | None:
+        """The command with `pins` typed, with its own resolve (None: it conflicts)."""
         user = {**self.user, **without_unset(pins)}
         try:
-            return Pinning(self.plan, user, self.facts, resolve(self.system, user, self.facts))
+            return Launch(self.plan, user, self.facts, resolved=resolve(self.system, user, self.facts).values)
         except ConflictError:
             return None
 
-    def expand(self, parents: list[tuple[Candidate, Pinning]], axes: Mapping[str, list[Any]], stage: str,
-               pool: list[Candidate]) -> list[tuple[Candidate, Pinning]]:
+    def expand(self, parents: list[tuple[Candidate, Launch]], axes: Mapping[str, list[Any]], stage: str,
+               pool: list[Candidate]) -> list[tuple[Candidate, Launch]]:
         """Each parent with every legal combination of the stage's values: each value is judged on
         its own first, values the cost model predicts alike on their own are tried once (the first:
         the parent's own, then the axis's order), then every combination of the rest is judged."""
-        found: list[tuple[Candidate, Pinning]] = []
+        found: list[tuple[Candidate, Launch]] = []
         if not axes:
             return found
-        for parent, pinning in parents:
-            fixed = {k: v for k, v in parent.pins.items() if k in pinning.user}
-            extra = {k: v for k, v in parent.pins.items() if k not in pinning.user}
+        for parent, launch in parents:
+            fixed = {k: v for k, v in parent.pins.items() if k in launch.user}
+            extra = {k: v for k, v in parent.pins.items() if k not in launch.user}
             # A value the parent already runs with is left unset (None): the command stays short,
             # and the prediction still reads what it resolves to.
-            env = pinning.environment(without_unset(extra))
+            env = launch.pinned(without_unset(extra)).environment
             singles = {}
             for name, values in axes.items():
                 current = describe_value(env.flag(name))
                 tried = list({describe_value(v): (None if describe_value(v) == current else v) for v in values}.values())
-                legal = [v for v in tried if v is None or self.judge(pinning, {**extra, name: v}, fixed)]
+                legal = [v for v in tried if v is None or self.judge(launch, {**extra, name: v}, fixed)]
                 singles[name] = (legal if name in self.combine_all
-                                 else self.distinct(pinning, extra, name, legal, parent.predicted))
+                                 else self.distinct(launch, extra, name, legal, parent.predicted))
             for combo in _product(singles):
                 pins = {**extra, **combo}
-                if sum(v is not None for v in combo.values()) > 1 and not self.judge(pinning, pins, fixed):
+                if sum(v is not None for v in combo.values()) > 1 and not self.judge(launch, pins, fixed):
                     continue
-                candidate = self.predict(pinning.environment(without_unset(pins)), {**parent.pins, **combo}, stage)
+                candidate = self.predict(launch.pinned(without_unset(pins)).environment, {**parent.pins, **combo}, stage)
                 if candidate is not None:
-                    found.append((candidate, pinning))
+                    found.append((candidate, launch))
                     pool.append(candidate)
         return found
 
-    def distinct(self, pinning: Pinning, extra: Mapping[str, Any], name: str, values: list[Any],
+    def distinct(self, launch: Launch, extra: Mapping[str, Any], name: str, values: list[Any],
                  own: Mapping[str, Any]) -> list[Any]:
         """The values of one axis worth combining with the other axes' values: of values the cost
         model predicts alike on their own, the first (None, the parent's own value, first, then the
         order the final tie-break uses: the preference ranking, then the alphabetically first); and
         no value another one beats on its own in throughput per GPU, tokens/s per user and TTFT
         alike. A value leaving no KV room is dropped."""
-        env = pinning.environment(without_unset(extra))
+        env = launch.pinned(without_unset(extra)).environment
         values = sorted(values, key=lambda v: (v is not None, 0 if v is None else slowness(self.plan, [(name, v)], env),
                                                describe_value(v)))
         found: list[tuple[Any, Mapping[str, Any]]] = []
@@ -303,7 +303,7 @@ class Search:
             if value is None:
                 predicted: Mapping[str, Any] | None = own
             else:
-                read = self.reader(pinning.environment(without_unset({**extra, name: value})))
+                read = self.reader(launch.pinned(without_unset({**extra, name: value})).environment)
                 predicted = self.costs.predict(read, self.facts, self.workload, self.model_extra)
             key = _alike(predicted) if predicted else None
             if key is None or key in seen:

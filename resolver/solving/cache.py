@@ -19,8 +19,8 @@ The layer can be switched off: with `ACCORD_SOLVER_CACHE=0` in the environment, 
 here alone (`Store` and `SolverCache`): no caller asks whether the layer is on, the same code runs
 either way and, switched off, simply recomputes (the property test in tests/test_solver_cache.py
 compares the two, and benchmarks/bench_cache_layer.py measures what the layer saves). The
-incremental algorithms of `Nearby` and `Pinning` (answers about a command's neighbours and pinned
-values, from the base command's solve) run the same way; tests/test_solver_queries.py holds them,
+incremental algorithms of a `Launch` (answers about its changed and pinned children, from its
+own solve; resolver/solving/launch.py and pinning.py) run the same way; tests/test_solver_queries.py holds them,
 on and off, to full solves of each neighbour and pinned command (tests/reference_solver.py, the
 oracle).
 
@@ -38,7 +38,7 @@ What is kept elsewhere, and why it is not an answer of this layer: compiled data
 rule set rather than per question (the plan itself in resolver/language/plancache.py, the
 preferences file read per plan by `preference.preferences_for`); the facts key `Plan` remembers for
 the last facts mapping (an identity check, used only while this layer is on); and the working
-state of one object's life (an `Env`'s verdicts, a `Pinning`'s examples, a `Nearby`'s reach),
+state of one object's life (an `Env`'s verdicts, a `Launch`'s answers and its `Pinning`'s examples),
 dropped with it; the dependency graph itself (resolver/solving/depgraph.py), built once per plan
 from the rules alone. Measured and not kept at all: a flag's fastest-first order
 (resolver/explaining/ranking.py), cheaper to work out than to look up. Outside the solver, the

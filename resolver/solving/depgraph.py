@@ -11,9 +11,9 @@ graph given them, kept by the solver's cache layer (store `reach`) and asked by 
 - `depends` / `rule_depends`: the decisions a flag's value or a hard rule's verdict depends on
   (the solver's structure, resolver/solving/core.py, and `Env`'s decision-free derived values);
 - `affected` / `touched`: every unset flag whose value may follow from a few changed flags, and
-  the rules reading any of them (`Nearby`'s neighbours, resolver/solving/nearby.py);
+  the rules reading any of them (a `Launch`'s changed children, resolver/solving/launch.py);
 - `reach` / `touching` / `linked` / `repair_flags`: what can change a flag or a hard rule, and the
-  rules a few pins can change or share a decision with (`Pinning`, resolver/solving/pinning.py).
+  rules a few pins can change or share a decision with (its pinned children, resolver/solving/pinning.py).
 
 What a walk finds for these set flags is kept on the `Reach` (bounded), so it is walked once.
 """
@@ -141,7 +141,7 @@ class Reach:
                                                                self.depends_of)
         return deps
 
-    # -- changed flags (`Nearby`) --------------------------------------------------------------
+    # -- changed flags (`Launch.changed`) -------------------------------------------------------
 
     def affected(self, changed: Iterable[str]) -> frozenset[str]:
         """The changed flags and every unset flag whose value may follow from them."""
@@ -166,7 +166,7 @@ class Reach:
         return _kept(self._touched, key,
                      lambda: {id(rule): rule for name in key for rule in rules_reading.get(name, ())})
 
-    # -- pinned flags (`Pinning`) --------------------------------------------------------------
+    # -- pinned flags (`Launch.pinned`) ---------------------------------------------------------
 
     def reach(self, name: str) -> frozenset[str]:
         """Every flag whose value can change `name`'s: itself and, while unset, what its default

@@ -1,19 +1,18 @@
 """Legality of pinned values: "is this command still legal with these flags pinned?", fast.
 
-The dry-run asks it for every value of every backend-like flag, and the CI matrix for every
-partial row; both start from one resolve and reuse it (see `Pinning`). Each answer is what a full
-solve of the pinned command gives (tests/reference_solver.py `exclusions`, the oracle that
+The dry-run asks it for every value of every backend-like flag, the CI matrix for every partial
+row and `tune` for every candidate, each as `launch.pinned(pins)` (resolver/solving/launch.py):
+one `Pinning` per launch answers its pinned children from its one resolve. Each answer is what a
+full solve of the pinned command gives (tests/reference_solver.py `exclusions`, the oracle that
 tests/test_solver_queries.py holds it to, with the cache layer on and off).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Mapping
 
-from accord.resolver.explaining.explain import minimal_rules
-from accord.resolver.explaining.report import describe_value
-from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.language.ruletypes import Rule
+from accord.resolver.solving.depgraph import Reach
 from accord.resolver.solving.solve import Env, Plan, holds
 
 
@@ -30,48 +29,35 @@ class Pinning:
     Without a resolved configuration (the user's flags conflict by themselves) every question goes
     to the solver.
 
-    `legal`, `verdict`, `first_exclusion` and `exclusions` answer as one full solve of the pinned
+    `legal`, `first_exclusion` and `exclusions` answer as one full solve of the pinned
     command would (tests/reference_solver.py `exclusions`; tests/test_solver_queries.py holds the
     two to the same answers). `environment` is not a solve:
     it is the example the check above reads (the resolved decisions the pins leave alone kept).
     """
 
     def __init__(self, plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
-                 config: ResolvedConfig | None):
+                 resolved: Mapping[str, Any] | None, graph: Reach,
+                 minimal_rules: Callable[[Mapping[str, Any], list[Rule]], list[Rule]]):
         self.plan = plan
+        # A minimal set of the given rules unsatisfiable with a pinned command (`Launch.minimal_rules`).
+        self._minimal = minimal_rules
         self.user = dict(user)
         self.facts = facts
-        self.decisions = None if config is None else {d: config.values[d] for d in plan.prefer_rules}
-        # Scalars only: a resolved list or mapping is stored frozen (a tuple, a read-only mapping),
-        # which a rule could tell apart from the list a default computes.
-        self._values = {} if config is None else {
-            n: v for n, v in config.values.items() if v is None or type(v) in (str, int, float, bool)}
+        self.decisions = None if resolved is None else {d: resolved[d] for d in plan.prefer_rules}
+        # Scalars only: a resolved list or mapping may be stored frozen (a tuple, a read-only
+        # mapping), which a rule could tell apart from the list a default computes.
+        self._values = {} if resolved is None else {
+            n: v for n, v in resolved.items() if v is None or type(v) in (str, int, float, bool)}
         self._stable = {n: v for n, v in self._values.items() if n not in self.user}
         # Reach, and the rules pins touch, depend only on which flags are set, never on values:
         # shared by every Pinning of a launch with the same flags set (the UI's next change).
-        self._graph = plan.reach(self.user)
+        self._graph = graph
         self._examples: dict[frozenset[str], tuple[dict[str, Any], dict[str, Any]]] = {}
         self._clean: set[tuple] = {()}  # pin sets whose example holds (no pins: the resolved config)
-
-    def reach(self, name: str) -> frozenset[str]:
-        return self._graph.reach(name)
-
-    def repair_flags(self, rules: Iterable[Rule]) -> frozenset[str]:
-        """Flags whose pinning could change what these rules say: only they can undo an exclusion."""
-        return frozenset().union(*(self._graph.rule_reach(r) for r in rules))
-
-    def touching(self, names: frozenset[str]) -> list[Rule]:
-        """Hard rules whose verdict can change when these flags are pinned."""
-        return self._graph.touching(names)
 
     def legal(self, pins: Mapping[str, Any]) -> bool:
         """Whether the command with `pins` is satisfiable (`plan.satisfiable` of it)."""
         return self._judge(pins, every=False) is None
-
-    def verdict(self, pins: Mapping[str, Any]) -> tuple[Rule, ...] | None:
-        """None when the command with `pins` is legal, else the rules that exclude it."""
-        groups = self.exclusions(pins)
-        return None if groups is None else tuple(dict.fromkeys(r for g in groups for r in g))
 
     def first_exclusion(self, pins: Mapping[str, Any]) -> list[tuple[Rule, ...]] | None:
         """None when legal; else at most one group of rules (none when no single proof is at hand):
@@ -89,7 +75,7 @@ class Pinning:
         if self.decisions is None:
             if self.plan.satisfiable(pinned, self.facts):
                 return None
-            return [tuple(minimal_rules(self.plan, pinned, self.facts))] if every else []
+            return [tuple(self._minimal(pinned, self.plan.hard_rules))] if every else []
         key = _pin_key(pins)
         if key in self._clean:
             return None
@@ -97,7 +83,7 @@ class Pinning:
         decided, example = self._example(names)
         env = Env(self.plan, pinned, self.facts, example)
         broken = []
-        for rule in self.touching(fresh):
+        for rule in self._graph.touching(fresh):
             if not holds(rule, env):
                 if not every and self._fixed(names, rule):
                     return [(rule,)]
@@ -116,7 +102,7 @@ class Pinning:
         linked = self.linked(names)
         if self.plan.satisfiable(pinned, self.facts, linked):
             return None
-        return [tuple(minimal_rules(self.plan, pinned, self.facts, linked))] if every else []
+        return [tuple(self._minimal(pinned, linked))] if every else []
 
     def environment(self, pins: Mapping[str, Any]) -> Env:
         """The command's values with `pins`, as the legality check saw them: resolved values the
@@ -157,7 +143,7 @@ class Pinning:
     def _still_eligible(self, names: frozenset[str], decided: Mapping[str, Any], env: Env) -> bool:
         """Every decision the pins can influence may still take its resolved value."""
         return all(value in [v for v, _ in self.plan.candidates(decision, env)]
-                   for decision, value in decided.items() if self.reach(decision) & names)
+                   for decision, value in decided.items() if self._graph.reach(decision) & names)
 
     def _fixed(self, names: frozenset[str], rule: Rule) -> bool:
         """The rule reads no decision once `names` are pinned: no choice of the solver changes it."""
@@ -169,4 +155,4 @@ class Pinning:
 
 
 def _pin_key(pins: Mapping[str, Any]) -> tuple:
-    return tuple(sorted((k, describe_value(v)) for k, v in pins.items()))
+    return tuple(sorted((k, repr(v)) for k, v in pins.items()))

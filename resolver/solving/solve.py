@@ -184,14 +184,14 @@ class Plan:
     def decisions(self, user: Mapping[str, Any], facts: Mapping[str, Any],
                   hard_rules: list[Rule] | None = None) -> Assignment | None:
         """The decisions `solve` makes (None: unsatisfiable), without resolving every other flag:
-        explanations read the few values they need through an `Env` (resolver/solving/nearby.py)."""
+        explanations read the few values they need through an `Env` (resolver/solving/launch.py)."""
         rules = self.hard_rules if hard_rules is None else hard_rules
         found = self._decide(user, facts, rules, self.shared(user, facts))
         return found.decisions if found.satisfiable else None
 
     def decision_groups(self, user: Mapping[str, Any]) -> list[tuple[tuple[str, ...], tuple[Rule, ...]]]:
         """The independent groups of decisions for these set flags, each with the hard rules that
-        read its decisions (resolver/solving/nearby.py re-decides only the groups a change reaches)."""
+        read its decisions (a changed `Launch` re-decides only the groups a change reaches)."""
         return [(tuple(step.decision for step in steps), tuple(rule for step in steps for rule in step.closes))
                 for steps in self._structure(user, self.hard_rules).groups]
 

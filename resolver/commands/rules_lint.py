@@ -1,5 +1,8 @@
 """`accord rules --lint`: find rule-set mistakes before a user does.
 
+It lives beside the `rules` command, not in the rule language: its preset check asks the whole
+resolver (a conflict explained), which the language layer underneath must not import.
+
 Checks, each a function returning problems as strings:
 - names: every flag a rule reads or sets is in the catalog, every fact is in the fact schema;
 - values: every literal a rule compares a flag with, offers as a candidate, or sets, is in that
@@ -26,6 +29,7 @@ from typing import Any, Iterable
 
 import networkx as nx
 
+from accord.resolver.explaining.diagnose import find_conflicts
 from accord.resolver.language.catalog import RULES_DIR, Catalog
 from accord.resolver.language.expr import Expr
 from accord.resolver.language.expr_compiler import META, meta_read
@@ -232,7 +236,6 @@ def check_presets(plan: Plan, presets: dict[str, dict]) -> list[str]:
     for name in sorted(presets):
         outcome = plan.solve({}, presets[name])
         if not outcome.satisfiable:
-            from accord.resolver.explaining.diagnose import find_conflicts
             rules = sorted({r for c in find_conflicts(plan, {}, presets[name]) for r in c.rules})
             problems.append(f"preset {name}: the catalog defaults have no legal configuration "
                             f"(rules {', '.join(rules) or '?'})")

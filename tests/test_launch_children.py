@@ -1,7 +1,7 @@
-"""resolver/solving/nearby.py: answers about neighbours of a command equal what solving them in full gives.
+"""resolver/solving/launch.py: a launch's changed children answer as solving them in full does.
 
-The explanation of a conflict asks about dozens of commands near the user's; `Nearby` answers from
-the base command's own solve. These tests hold it to its contract with the real rules (the property
+The explanation of a conflict asks about dozens of commands near the user's; `launch.changed(values)`
+answers each from the launch's own solve. These tests hold it to its contract with the real rules (the property
 does not depend on what the rules say): every answer equals a full solve of that command, and the
 fixes ranked lazily are exactly the fixes of verifying and ranking every candidate.
 """
@@ -13,7 +13,6 @@ import pytest
 from accord.resolver.api import plan_for
 from accord.resolver.commandline.flagparse import parse_flags
 from accord.resolver.explaining.diagnose import find_conflicts
-from accord.resolver.explaining.explain import minimal_rules
 from accord.resolver.explaining.fixes import MAX_FIXES, PER_FLAG, _proposals, _size_flag, find_fixes
 from accord.resolver.explaining.ranking import (
     FixFacts,
@@ -27,7 +26,7 @@ from accord.resolver.explaining.ranking import (
     slowness,
 )
 from accord.resolver.facts.machine import load_facts
-from accord.resolver.solving.nearby import Nearby, nearby_for
+from accord.resolver.solving.launch import Launch, Launches
 from accord.resolver.solving.solve import Env
 from tests import reference_solver as reference
 
@@ -65,13 +64,13 @@ def test_a_neighbour_is_satisfiable_with_the_decisions_of_a_full_solve(preset, a
     assert not plan.satisfiable(user, facts)
     checked = 0
     for flags, rules, isolated in _conflicts(plan, user, facts):
-        nearby = Nearby(plan, isolated, facts, {})
+        launch = Launches(plan, facts).of(isolated)
         for fix in _proposals(plan, isolated, facts, flags, rules):
             values = fix.apply(isolated)
-            found = nearby.solve(values, fix.flags())
-            assert (found.decided if found else None) == plan.decisions(values, facts), fix
-            if found is not None:
-                assert nearby.warnings(found) == reference.warnings(plan, values, facts), fix
+            found = launch.changed(values, fix.flags())
+            assert found.decisions == plan.decisions(values, facts), fix
+            if found.satisfiable:
+                assert found.warnings == reference.warnings(plan, values, facts), fix
                 checked += 1
     assert checked, "no satisfiable neighbour: the launch list no longer exercises the decisions"
 
@@ -79,20 +78,20 @@ def test_a_neighbour_is_satisfiable_with_the_decisions_of_a_full_solve(preset, a
 @pytest.mark.parametrize("preset, argv", LAUNCHES[:3])
 def test_a_rule_subset_is_unsatisfiable_exactly_when_the_solver_says_so(preset, argv):
     plan, user, facts = _launch(preset, argv)
-    nearby = Nearby(plan, user, facts)
+    launch = Launch(plan, user, facts)
     rules = plan.hard_rules
     step = max(1, len(rules) // 12)
     subsets = [rules[i:i + step * 3] for i in range(0, len(rules), step)]
     subsets += [rules[::k] for k in (2, 3, 5)] + [list(rules)]
     for subset in subsets:
-        assert nearby.rules_unsatisfiable(subset) == (not plan.satisfiable(user, facts, subset))
+        assert launch.rules_unsatisfiable(subset) == (not plan.satisfiable(user, facts, subset))
 
 
 @pytest.mark.parametrize("preset, argv", LAUNCHES)
 def test_lazy_ranking_gives_the_fixes_of_ranking_every_verified_candidate(preset, argv):
     plan, user, facts = _launch(preset, argv)
     for flags, rules, isolated in _conflicts(plan, user, facts):
-        assert find_fixes(plan, isolated, facts, flags, rules) == _every_candidate_ranked(
+        assert find_fixes(Launch(plan, isolated, facts), flags, rules) == _every_candidate_ranked(
             plan, isolated, facts, flags, rules)
 
 
@@ -127,20 +126,43 @@ def _every_candidate_ranked(plan, user, facts, flags, rules):
     return pick(ordered, lambda fix: _size_flag(plan, fix), MAX_FIXES, PER_FLAG)
 
 
-def test_nearby_keeps_its_own_copy_of_the_command():
+def test_a_launch_keeps_its_own_copy_of_the_command():
     # find_conflicts drops flags from its working copy after asking about it.
     plan, user, facts = _launch(*LAUNCHES[0])
-    cache = {}
-    first = nearby_for(plan, user, facts, cache)
+    family = Launches(plan, facts)
+    first = family.of(user)
     user.pop("tp_size")
-    assert "tp_size" in first.user and nearby_for(plan, user, facts, cache) is not first
+    assert "tp_size" in first.user and family.of(user) is not first
 
 
-def test_minimal_rules_with_and_without_the_shared_cache_agree():
+def test_minimal_rules_of_a_family_launch_and_a_lone_launch_agree():
     plan, user, facts = _launch(*LAUNCHES[1])
-    assert minimal_rules(plan, user, facts, cache={}) == minimal_rules(plan, user, facts)
+    family = Launches(plan, facts)
+    assert family.of(user).minimal_rules() == Launch(plan, user, facts).minimal_rules()
     for size in (1, 2):
         for subset in itertools.islice(itertools.combinations(sorted(user), size), 4):
             values = {k: user[k] for k in subset}
             if not plan.satisfiable(values, facts):
-                assert minimal_rules(plan, values, facts, cache={}) == minimal_rules(plan, values, facts)
+                family.seed(values)
+                assert family.of(values).minimal_rules() == Launch(plan, values, facts).minimal_rules()
+
+
+def test_a_child_of_a_child_answers_as_a_full_solve():
+    """Children are launches too: a change of a changed launch, and a pin on it, answer as the
+    command itself solved in full."""
+    plan, user, facts = _launch(*LAUNCHES[1])
+    root = Launch(plan, user, facts)
+    dropped = {k: v for k, v in user.items() if k != "dp_size"}
+    child = root.changed(dropped)
+    assert child.decisions == plan.decisions(dropped, facts)
+    grandchild = child.changed({**dropped, "tp_size": 4})
+    assert grandchild.decisions == plan.decisions({**dropped, "tp_size": 4}, facts)
+    assert grandchild.warnings == reference.warnings(plan, {**dropped, "tp_size": 4}, facts)
+    pinned = child.pinned({"tp_size": 2})
+    assert pinned.satisfiable == plan.satisfiable({**dropped, "tp_size": 2}, facts)
+
+
+def test_exclusions_are_answers_of_a_pinned_launch_only():
+    plan, user, facts = _launch(*LAUNCHES[1])
+    with pytest.raises(ValueError, match="pinned"):
+        Launch(plan, user, facts).exclusions
