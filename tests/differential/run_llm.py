@@ -17,6 +17,8 @@ usage: python -m tests.differential.run_llm [--seed N] [--random N] [--random-on
   llm_oracle_r4219.json --seed 4219 --random 300 --random-only (drawn after issue 30's rule changes,
                        its first scoring prompted one change: --relax in rounds, case r4219-0009)
   llm_oracle_r5309.json --seed 5309 --random 300 --random-only (drawn after that, scored untuned)
+  llm_oracle_r6421.json --seed 6421 --random 300 --random-only (drawn after issues 34-39, scored
+                       untuned: 265/300 strict, every difference of a kind already listed)
   llm_oracle_issue30.json  the hand-written checks of issue 30's rules (tests/differential/issue30_cases.py)
 """
 
