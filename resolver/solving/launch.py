@@ -45,7 +45,7 @@ SOLVE_ON_DEMAND: Any = object()
 
 
 @dataclasses.dataclass
-class _Neighbour:
+class _ChildAnswer:
     """What a changed child's parent found: the child's decisions, the flags whose value may differ
     from the parent's under the parent's decisions (None: any of them), its decision-reading rules,
     and whether every one of them is known to hold under these decisions."""
@@ -104,7 +104,7 @@ class Launch:
         if self._pins is not None:
             return self.plan.decisions(self.user, self.facts)
         if self._parent is not None:
-            found = self._neighbour
+            found = self._from_parent
             return None if found is None else found.decided
         if self._all is None:
             if any(self.verdict(rule) is False for rule in self.plan.hard_rules):
@@ -116,6 +116,7 @@ class Launch:
 
     @property
     def satisfiable(self) -> bool:
+        """Whether some configuration of the command holds every hard rule (`plan.satisfiable`)."""
         if self._pins is not None:
             return self._parent._pinning.legal(self._pins)
         return self.decisions is not None
@@ -125,7 +126,7 @@ class Launch:
         """Ids of the warn rules that fire, as `plan.solve` and a pass over the warn rules give them
         (none for an unsatisfiable command, or one failing `solve`'s final check)."""
         if self._parent is not None and self._pins is None:
-            found = self._neighbour
+            found = self._from_parent
             if found is None:
                 return frozenset()
             if found.differ is not None:
@@ -226,7 +227,7 @@ class Launch:
         """The warnings of this command with these decisions (`plan.decisions` of it), read once."""
         if self._warned is None or self._warned[0] != decided:
             held = self._all is not None and self._all[0] == decided and self._all[1]
-            found = self._warnings(self.user, _Neighbour(decided, None, self._layout.constrained, held))
+            found = self._warnings(self.user, _ChildAnswer(decided, None, self._layout.constrained, held))
             self._warned = (dict(decided), frozenset(found))
         return self._warned[1]
 
@@ -264,7 +265,8 @@ class Launch:
                        lambda pinned, rules: Launch(self.plan, pinned, self.facts).minimal_rules(rules))
 
     @functools.cached_property
-    def _neighbour(self) -> _Neighbour | None:
+    def _from_parent(self) -> _ChildAnswer | None:
+        """A changed child's decisions as its parent works them out (None: unsatisfiable)."""
         return self._parent._solve_child(self.user, self._change)
 
     # -- a changed child, from its parent ------------------------------------------------------
@@ -301,14 +303,14 @@ class Launch:
             if rid not in touched:
                 shared.verdicts.setdefault(rid, verdict)
 
-    def _solve_child(self, values: Mapping[str, Any], changed: frozenset[str]) -> _Neighbour | None:
+    def _solve_child(self, values: Mapping[str, Any], changed: frozenset[str]) -> _ChildAnswer | None:
         """What `plan.decisions(values, facts)` says of a child differing in `changed`: None when it
         is unsatisfiable, else its decisions."""
         plan = self.plan
         known = self.family.solved(values) if self.family is not None else None
         if known is not None:  # solved in full already (say, a drop that two conflicts share)
             decided, held = known._all
-            return None if decided is None else _Neighbour(decided, None, known._layout.constrained, held)
+            return None if decided is None else _ChildAnswer(decided, None, known._layout.constrained, held)
         if self._broken is None:
             self._broken = {rid for rid, verdict in self.verdicts.items() if verdict is False}
         flags, touched = self._reach(changed)
@@ -321,7 +323,7 @@ class Launch:
         if decided is None:
             other = self.sibling(values)
             again = other.decisions
-            return None if again is None else _Neighbour(again, None, layout.constrained, other._all[1])
+            return None if again is None else _ChildAnswer(again, None, layout.constrained, other._all[1])
         return self._redecide(values, changed, flags, touched, layout, decided)
 
     def _rejected(self, values: Mapping[str, Any], touched: dict[int, Rule], layout: Layout,
@@ -349,7 +351,7 @@ class Launch:
         return False
 
     def _redecide(self, values: Mapping[str, Any], changed: frozenset[str], flags: frozenset[str],
-                  touched: dict[int, Rule], layout: Layout, decided: Assignment) -> _Neighbour | None:
+                  touched: dict[int, Rule], layout: Layout, decided: Assignment) -> _ChildAnswer | None:
         """Every decision-free rule holds. A decision group that is also one of this command's and
         reads nothing the change reaches decides as here; the others are decided again (other
         flags set can merge or split groups)."""
@@ -363,16 +365,16 @@ class Launch:
             else:
                 redo.append((names, rules))
         if not redo:
-            return _Neighbour(kept, flags, layout.constrained, self._decided[1])
+            return _ChildAnswer(kept, flags, layout.constrained, self._decided[1])
         again, held = _preferred(plan, values, self.facts, redo), self._decided[1]
         if again is None:
             again, held = plan.decisions(values, self.facts, [rule for _, rules in redo for rule in rules]), False
         if again is None:
             return None
         redone = [var for names, _ in redo for var in names]
-        return _Neighbour({**kept, **again}, self._graph.affected([*changed, *redone]), layout.constrained, held)
+        return _ChildAnswer({**kept, **again}, self._graph.affected([*changed, *redone]), layout.constrained, held)
 
-    def _warnings(self, values: Mapping[str, Any], found: _Neighbour) -> set[str]:
+    def _warnings(self, values: Mapping[str, Any], found: _ChildAnswer) -> set[str]:
         """The warnings of `values` (this command, or a changed child) under `found`'s decisions;
         like `solve`, the decision-reading hard rules are checked once more on the result, and a
         command failing that has no warnings."""
