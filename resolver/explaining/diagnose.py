@@ -276,11 +276,12 @@ def drop_chains(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
         rest = drop.apply(user)
         if plan.satisfiable(rest, facts):
             continue  # verified but ranked below the offered fixes
-        broken = Launch(plan, rest, facts).minimal_rules()
+        after_drop = Launch(plan, rest, facts)
+        broken = after_drop.minimal_rules()
         culprits = minimal_flags(plan, rest, facts, broken)
         broken = Launch(plan, {k: rest[k] for k in culprits}, facts).minimal_rules(broken)
         then = None
-        for fix in find_fixes(Launch(plan, rest, facts), culprits, broken):
+        for fix in find_fixes(after_drop, culprits, broken):
             both = combine([drop, dataclasses.replace(fix, rule=None)])
             if both is None or any(_within(f, both) for f in fixes):
                 continue  # an offered fix does less and already works
