@@ -184,7 +184,7 @@ def _verified(launch: Launch, base: Launch, env: Env,
     ranking facts; stops once MAX_FIXES of them would be picked as clean (KV floor kept, no new
     warning), since a later one ranks after them."""
     plan, user, facts = launch.plan, launch.user, launch.facts
-    before: set[str] | None = None
+    before: frozenset[str] | None = None
     scored: list[tuple[FixFacts, Fix]] = []
     clean, sizes = 0, {}
     for known, fix in ordered:
