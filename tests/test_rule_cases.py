@@ -90,3 +90,17 @@ def test_every_rule_has_a_firing_and_a_quiet_case(system):
             modes.setdefault(rule_id, set()).add(mode)
     missing = [r.id for r in load_rules(system) if modes.get(r.id) != {"fires", "quiet"}]
     assert not missing, f"{len(missing)} {system} rules lack a fires or quiet case: {missing[:20]}"
+
+
+def test_the_equal_phase_backend_rule_lists_every_canonical_backend():
+    """attn.backend.equal_phases carries one literal candidate per backend (prefer candidates are
+    literals): a backend added to the catalog but not to the rule would leave typed equal phases
+    without an attention backend, and attn.backend.equal_phases_typed would then report a false
+    conflict. Aliases arrive as their canonical value and need no candidate."""
+    from accord.resolver.api import plan_for
+
+    plan = plan_for("llm")
+    flag = plan.catalog["prefill_attention_backend"]
+    (rule,) = [r for r in plan.prefer_rules["attention_backend"] if r.id == "attn.backend.equal_phases"]
+    aliases = {alias for alias, _ in flag.value_aliases}
+    assert {c.value for c in rule.values} == set(flag.choices) - aliases

@@ -19,6 +19,7 @@ from accord.resolver.api import ConflictError, plan_for, resolve
 from accord.resolver.deploy.nodes import HOST_PLACEHOLDER
 from accord.resolver.deploy.spec import DEPLOY_DIR, load_deploy_spec
 from accord.resolver.errors import UsageError
+from accord.resolver.explaining.ranking import slowness
 from accord.resolver.explaining.report import describe_value
 from accord.resolver.exploring.costmodel import CostModel, Workload, model_config_extra
 from accord.resolver.exploring.dryrun import candidate_values, values_of
@@ -28,7 +29,6 @@ from accord.resolver.exploring.tune_ranking import rank
 from accord.resolver.frozen import ResolvedConfig
 from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.solving.launch import Launch
-from accord.resolver.explaining.ranking import slowness
 from accord.resolver.solving.solve import Env, Plan
 
 MODEL_FLAG = "model_path"

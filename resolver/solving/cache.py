@@ -36,7 +36,7 @@ Every store, where its question is asked:
 
 What is kept elsewhere, and why it is not an answer of this layer: compiled data, built once per
 rule set rather than per question (the plan itself in resolver/language/plancache.py, the
-preferences file read per plan by `preference.preferences_for`); the facts key `Plan` remembers for
+preferences file read per plan by `ranking.preferences_for`, resolver/explaining/ranking.py); the facts key `Plan` remembers for
 the last facts mapping (an identity check, used only while this layer is on); and the working
 state of one object's life (an `Env`'s verdicts, a `Launch`'s answers and its `Pinning`'s examples),
 dropped with it; the dependency graph itself (resolver/solving/depgraph.py), built once per plan
