@@ -3,7 +3,7 @@
 Accord asks every question of a `Launch` (resolver/solving/launch.py): about the command itself
 (its decisions, warnings, satisfiability under a subset of the hard rules), about its changed
 children (the command with a few flags changed) and about its pinned children (is the command
-still legal with these flags pinned, and which rules exclude it; resolver/solving/pinning.py). A
+still legal with these flags pinned, and which rules exclude it). A
 child is a command too, so every answer is a plain question to the core about another command,
 stated here by a full solve of that command. A `Launch` answers by incremental algorithms (they start from the base command's solve and recompute only what the
 change reaches), with the cache layer on or off; tests/test_solver_queries.py demands the same
@@ -64,7 +64,7 @@ def warnings(plan: Plan, values: Mapping[str, Any], facts: Mapping[str, Any]) ->
     return fired
 
 
-# -- pinned children (`Launch.pinned`, judged by `Pinning`) ------------------------------------
+# -- pinned children (`Launch.pinned`) ---------------------------------------------------------
 
 
 def excluding_alone(plan: Plan, pinned: Mapping[str, Any], facts: Mapping[str, Any]) -> list[Rule]:
@@ -87,7 +87,7 @@ def minimal_rules(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any],
 
 def exclusions(plan: Plan, pinned: Mapping[str, Any], facts: Mapping[str, Any], resolved: bool,
                every: bool) -> list[tuple[Rule, ...]] | None:
-    """`Pinning`'s answer for the command `pinned` (the user's flags with the pins on top): None
+    """A pinned `Launch`'s answer for the command `pinned` (the user's flags with the pins on top): None
     when it is satisfiable; else the groups of rules that exclude it.
 
     With `every`: each rule excluding it by itself, as a group of one, in rule order; when none
@@ -95,12 +95,12 @@ def exclusions(plan: Plan, pinned: Mapping[str, Any], facts: Mapping[str, Any], 
     the first of those single rules, one reading no decision once pinned first (no choice of the
     solver changes it), or no group (`[]`: no single rule to blame).
 
-    `resolved` is false when the user's flags conflict by themselves (the Pinning has no resolved
-    configuration): then no single rule is looked for (`every`: the minimal set; else `[]`)."""
+    `resolved` is false when the user's flags conflict by themselves (the parent launch has no
+    resolved configuration): then no single rule is looked for (`every`: the minimal set; else `[]`)."""
     if plan.satisfiable(pinned, facts):
         return None
     alone = excluding_alone(plan, pinned, facts) if resolved else []
     if every:
         return [(rule,) for rule in alone] or [tuple(minimal_rules(plan, pinned, facts))]
-    fixed = [rule for rule in alone if not plan.rule_depends(rule, pinned)]
+    fixed = [rule for rule in alone if not plan.graph.given(pinned).rule_depends(rule)]
     return [((fixed or alone)[0],)] if alone else []

@@ -10,7 +10,7 @@ or wrongly keyed answer shows up as a difference.
 
 Two tests, because a whole command's answers (an explanation, the dry run of every flag) take
 seconds without the layer: the solver's own answers (`Plan.solve`, `decisions`, `satisfiable`,
-`decision_groups`, `holds_anyway`, `warnings_to_check`, and the hash of the solved values) on `ACCORD_CACHE_EXAMPLES` launches per
+`structure` (its decision groups and the rules it checks), `warnings_to_check`, and the hash of the solved values) on `ACCORD_CACHE_EXAMPLES` launches per
 system (default 40), and everything a command prints on `ACCORD_CACHE_COMMANDS` launches per
 system (default 8). `ACCORD_CACHE_SEED` draws a different set of launches (default: derandomized,
 the same every run), so long runs can be split. A long run:
@@ -54,14 +54,14 @@ def _solver_answers(system: str, preset: str, user: dict) -> str:
     facts = load_preset(preset)
     plan = api.plan_for(system)
     outcome = plan.solve(user, facts)
-    anyway = plan.holds_anyway(user, facts)
+    structure = plan.structure(user, facts)
     out = {
         "solve": (outcome.values, outcome.origin, [r.id for r in outcome.violated],
                   [(r.id, key) for r, key in outcome.unknown], outcome.satisfiable),
         "decisions": plan.decisions(user, facts),
         "satisfiable": plan.satisfiable(user, facts),
-        "decision_groups": [(names, [r.id for r in rules]) for names, rules in plan.decision_groups(user)],
-        "holds_anyway": [sorted(r.id for r in plan.hard_rules if id(r) in ids) for ids in anyway],
+        "structure": ([r.id for r in structure.fixed], [r.id for r in structure.with_decisions],
+                      [[(step.decision, [r.id for r in step.closes]) for step in steps] for steps in structure.groups]),
         "warnings_to_check": [r.id for r in plan.warnings_to_check(user)],
         "config_hash": config_hash(system, facts, outcome.values),
     }

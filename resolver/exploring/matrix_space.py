@@ -9,7 +9,7 @@ which rules say so"; how rows are picked to cover the legal combinations is anot
 Legality is not monotone: pinning one more flag can make a combination legal again (a pinned KV
 cache dtype changes the derived prefill backend, say). So a partial row is only dropped when an
 exclusion is *settled*: a rule set that is unsatisfiable by itself and that no remaining axis can
-influence (see `Pinning.repair_flags`). Otherwise the search goes on, starting with the axes that
+influence (see `Launch.repair_flags`). Otherwise the search goes on, starting with the axes that
 could undo the exclusion. Settled exclusions are remembered as nogoods (the preset plus the values
 the rules can see), so no later row, and no coverage target, chases them again. Rows a known-bad
 rule marks (publicly reported to fail at run time) are excluded like illegal ones unless asked for.

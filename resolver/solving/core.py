@@ -17,6 +17,8 @@ keeping are kept by resolver/solving/cache.py, through `Plan`).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import graphlib
 from typing import Any, Mapping, NamedTuple
 
@@ -35,12 +37,24 @@ class Step(NamedTuple):
     closes: tuple[Rule, ...] | list[Rule]        # rules whose last decision this is
 
 
-class Structure(NamedTuple):
+@dataclasses.dataclass
+class Structure:
     """How to decide, given which flags are set and which rules count (no values involved)."""
 
     fixed: list[Rule]              # rules reading no decision, checked once per launch
     with_decisions: list[Rule]     # rules reading decisions
     groups: list[list[Step]]       # independent groups of decisions, each its steps in order
+
+    @functools.cached_property
+    def kinds(self) -> tuple[frozenset[int], frozenset[int]]:
+        """Ids of (`fixed`, `with_decisions`): what a `Launch` asks of every rule it is shown."""
+        return frozenset(map(id, self.fixed)), frozenset(map(id, self.with_decisions))
+
+    @functools.cached_property
+    def group_keys(self) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
+        """Per group, its decisions and the ids of its rules: the same key, the same group."""
+        return [(tuple(step.decision for step in steps), tuple(id(rule) for step in steps for rule in step.closes))
+                for steps in self.groups]
 
 
 class Decided(NamedTuple):
@@ -126,24 +140,37 @@ def decide(plan: PlanView, user: Mapping[str, Any], facts: Mapping[str, Any], st
             unknown.append((rule, verdict))
     decided: Assignment = {}
     for steps in structure.groups:
-        witness: Assignment | None = None
-        for var, later, open_rules, closes in steps:
-            for value, _rid in plan.candidates(var, Env(plan, user, facts, decided, shared)):
-                decided[var] = value
-                if witness is not None and same(witness[var], value):
-                    # The completion the last step verified starts with this value: every rule
-                    # still open (those it closes and those ahead) held on it already.
-                    break
-                env = Env(plan, user, facts, decided, shared)
-                if not all(holds(rule, env) for rule in closes):
-                    continue
-                ok, witness = feasible(plan, later, open_rules, user, facts, decided, shared)
-                if ok:
-                    break
-            else:
-                decided.pop(var, None)
-                return Decided(decided, False, unknown, structure.with_decisions)
+        found, ok = decide_group(plan, user, facts, steps, shared)
+        decided.update(found)
+        if not ok:
+            return Decided(decided, False, unknown, structure.with_decisions)
     return Decided(decided, True, unknown, structure.with_decisions)
+
+
+def decide_group(plan: PlanView, user: Mapping[str, Any], facts: Mapping[str, Any], steps: list[Step],
+                 shared: Shared) -> tuple[Assignment, bool]:
+    """One independent group's decisions (see the module docstring) and whether its rules hold (if
+    not, the decisions taken before the one that found no candidate). Groups read none of each
+    other's decisions, so each is decided alone."""
+    decided: Assignment = {}
+    witness: Assignment | None = None
+    for var, later, open_rules, closes in steps:
+        for value, _rid in plan.candidates(var, Env(plan, user, facts, decided, shared)):
+            decided[var] = value
+            if witness is not None and same(witness[var], value):
+                # The completion the last step verified starts with this value: every rule
+                # still open (those it closes and those ahead) held on it already.
+                break
+            env = Env(plan, user, facts, decided, shared)
+            if not all(holds(rule, env) for rule in closes):
+                continue
+            ok, witness = feasible(plan, later, open_rules, user, facts, decided, shared)
+            if ok:
+                break
+        else:
+            decided.pop(var, None)
+            return decided, False
+    return decided, True
 
 
 def feasible(plan: PlanView, undecided: list[str], rules: list[tuple[Rule, frozenset]], user: Mapping[str, Any],

@@ -10,24 +10,24 @@ graph given them, kept by the solver's cache layer (store `reach`) and asked by 
 
 - `depends` / `rule_depends`: the decisions a flag's value or a hard rule's verdict depends on
   (the solver's structure, resolver/solving/core.py, and `Env`'s decision-free derived values);
-- `affected` / `touched`: every unset flag whose value may follow from a few changed flags, and
-  the rules reading any of them (a `Launch`'s changed children, resolver/solving/launch.py);
-- `reach` / `touching` / `linked` / `repair_flags`: what can change a flag or a hard rule, and the
-  rules a few pins can change or share a decision with (its pinned children, resolver/solving/pinning.py).
+- `affected` / `touched` / `constrained`: every unset flag whose value may follow from a few
+  changed or pinned flags, the rules reading any of them, and the hard rules whose verdict they
+  can change (a `Launch`'s children, resolver/solving/launch.py);
+- `upstream`: every flag whose value can change these flags' (the flags a pin could repair a
+  rule with, `Launch.repair_flags`).
 
 What a walk finds for these set flags is kept on the `Reach` (bounded), so it is walked once.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Iterable, Mapping
 
 from accord.resolver.language.ruletypes import Rule
-from accord.resolver.solving.env import PlanView, RelaxedValues
+from accord.resolver.solving.env import PlanView
 
-# The plan a graph belongs to: solve.py's `Plan` (a `PlanView` with its rule lists, `cache` and
-# `decision_groups`); solve.py imports this module, so nothing here imports it back.
+# The plan a graph belongs to: solve.py's `Plan` (a `PlanView` with its rule lists and `cache`);
+# solve.py imports this module, so nothing here imports it back.
 Plan = PlanView
 
 WALKS_KEPT = 8192  # answers of one walk kept per `Reach` before it starts again (bounded memory)
@@ -59,7 +59,8 @@ class DependencyGraph:
             self.value_reads[flag] = frozenset().union(*(r.reads_flags for r in rules))
         self._wide: tuple | None = None
 
-    def wide(self) -> tuple[dict[str, frozenset[str]], dict[str, set[str]], dict[str, list[Rule]], dict[int, frozenset[str]]]:
+    def wide(self) -> tuple[dict[str, frozenset[str]], dict[str, set[str]], dict[str, list[Rule]],
+                            dict[int, frozenset[str]]]:
         """(flag -> every flag its default and prefer rules read, flag -> the computed flags reading
         it, flag -> the hard and warn rules reading it, id(hard rule) -> the flags it constrains)."""
         if self._wide is None:
@@ -121,14 +122,9 @@ class Reach:
         self.set_flags = set_flags
         self.depends_of: dict[str, frozenset] = {}     # flag -> the decisions its value depends on
         self.by_rule: dict[int, frozenset] = {}          # id(hard rule) -> the decisions it reads
-        self._affected: dict[frozenset, frozenset[str]] = {}
+        self._affected: dict[tuple, frozenset[str]] = {}
         self._touched: dict[frozenset, dict[int, Rule]] = {}
-        self._reach: dict[str, frozenset[str]] = {}
-        self._rule_reach: dict[int, frozenset[str]] = {}
-        self._touching: dict[frozenset, list[Rule]] = {}
-        self._linked: dict[frozenset, list[Rule]] = {}
-
-    # -- decisions (the solver) ----------------------------------------------------------------
+        self._constrained: dict[frozenset, list[Rule]] = {}
 
     def depends(self, names: Iterable[str]) -> frozenset:
         return self.graph.depends(names, self.set_flags, self.depends_of)
@@ -141,23 +137,23 @@ class Reach:
                                                                self.depends_of)
         return deps
 
-    # -- changed flags (`Launch.changed`) -------------------------------------------------------
-
-    def affected(self, changed: Iterable[str]) -> frozenset[str]:
-        """The changed flags and every unset flag whose value may follow from them."""
+    def affected(self, changed: Iterable[str], through_decisions: bool = True) -> frozenset[str]:
+        """The changed flags and every unset flag whose value may follow from them. Without
+        `through_decisions`, a decision reached is not walked past: what reads it is not reached
+        through it (while the decisions stay fixed, as in a pinned launch's `_check_example`)."""
         key = frozenset(changed)
 
         def make() -> frozenset[str]:
-            readers, set_flags = self.graph.wide()[1], self.set_flags
-            reached = set(key)
+            readers, reached = self.graph.wide()[1], set(key)
             pending = list(reached)
             while pending:
                 for reader in readers.get(pending.pop(), ()):
-                    if reader not in reached and reader not in set_flags:
+                    if reader not in reached and reader not in self.set_flags:
                         reached.add(reader)
-                        pending.append(reader)
+                        if through_decisions or reader not in self.graph.decisions:
+                            pending.append(reader)
             return frozenset(reached)
-        return _kept(self._affected, key, make)
+        return _kept(self._affected, (key, through_decisions), make)
 
     def touched(self, flags: Iterable[str]) -> dict[int, Rule]:
         """The hard and warn rules reading any of `flags`, by id (shared: callers only read it)."""
@@ -166,75 +162,22 @@ class Reach:
         return _kept(self._touched, key,
                      lambda: {id(rule): rule for name in key for rule in rules_reading.get(name, ())})
 
-    # -- pinned flags (`Launch.pinned`) ---------------------------------------------------------
+    def constrained(self, flags: Iterable[str]) -> list[Rule]:
+        """The hard rules whose condition or requirement reads any of `flags`, in rule order: the
+        only ones whose verdict these flags can change (`touched` less warnings and messages)."""
+        key, constrains = frozenset(flags), self.graph.wide()[3]
+        return _kept(self._constrained, key,
+                     lambda: [rule for rule in self.graph.plan.hard_rules if not constrains[id(rule)].isdisjoint(key)])
 
-    def reach(self, name: str) -> frozenset[str]:
-        """Every flag whose value can change `name`'s: itself and, while unset, what its default
-        and prefer rules read, and so on."""
-        found = self._reach.get(name)
-        if found is None:
-            found = self._reach[name] = frozenset({name})  # placeholder breaks cycles (lint rejects them)
-            reads = self.graph.wide()[0].get(name)
-            if name not in self.set_flags and name in self.graph.value_reads and reads:
-                found = self._reach[name] = frozenset({name}).union(*(self.reach(n) for n in reads))
-        return found
-
-    def rule_reach(self, rule: Rule) -> frozenset[str]:
-        """Every flag whose pinning can change what a hard rule says."""
-        found = self._rule_reach.get(id(rule))
-        if found is None:
-            names = self.graph.wide()[3][id(rule)]
-            found = self._rule_reach[id(rule)] = frozenset().union(*(self.reach(n) for n in names))
-        return found
-
-    def touching(self, names: frozenset[str]) -> list[Rule]:
-        """The hard rules whose verdict can change when these flags are pinned, in rule order."""
-        return _kept(self._touching, names,
-                     lambda: [r for r in self.graph.plan.hard_rules if self.rule_reach(r) & names])
-
-    def linked(self, names: frozenset[str]) -> list[Rule]:
-        """The rules touching pinned `names` plus every rule sharing a decision with them,
-        transitively (decisions as they are with `names` set too), in rule order."""
-        return _kept(self._linked, names, lambda: self._link(names))
-
-    def _link(self, names: frozenset[str]) -> list[Rule]:
-        plan = self.graph.plan
-        pinned = self.graph.given(self.set_flags | names)
-        deps = [(rule, pinned.rule_depends(rule)) for rule in plan.hard_rules]
-        chosen = {id(r) for r in self.touching(names)}
-        variables: set[str] = set().union(*(d for r, d in deps if id(r) in chosen))
-        grown = True
-        while grown:
-            grown = False
-            for var in list(variables):
-                new = pinned.depends(self.graph.value_reads[var] if var in plan.prefer_rules else ()) - variables
-                if new:
-                    variables |= new
-                    grown = True
-            for rule, d in deps:
-                if id(rule) not in chosen and d & variables:
-                    chosen.add(id(rule))
-                    variables |= d
-                    grown = True
-        return [rule for rule, _ in deps if id(rule) in chosen]
-
-
-@dataclasses.dataclass(frozen=True)
-class Layout:
-    """The decision groups of the commands with these flags set, as `Plan.decision_groups` gives
-    them, with the ids of the rules in them (the decision-reading ones) and a key per group."""
-
-    groups: tuple
-    constrained: frozenset[int]
-    keys: frozenset
-
-
-def layout_of(plan: Plan, user: Mapping[str, Any]) -> Layout:
-    """The `Layout` of launches with these flags set (and relaxed), kept by the cache layer."""
-    set_flags, relaxed = frozenset(user), frozenset(getattr(user, "relaxed", ()))
-
-    def make() -> Layout:
-        groups = tuple(plan.decision_groups(RelaxedValues(dict.fromkeys(set_flags), relaxed)))
-        return Layout(groups, frozenset(id(rule) for _, rules in groups for rule in rules),
-                      frozenset((names, tuple(map(id, rules))) for names, rules in groups))
-    return plan.cache.lookup("reach_layout", (set_flags, relaxed), make, 256)
+    def upstream(self, names: Iterable[str]) -> frozenset[str]:
+        """`names` and every flag whose value can change one of theirs: while a flag is unset, what
+        its default and prefer rules read, and so on (the reverse walk of `affected`)."""
+        reads, reached = self.graph.wide()[0], set(names)
+        pending = [name for name in reached if name not in self.set_flags]
+        while pending:
+            for read in reads.get(pending.pop(), ()):
+                if read not in reached:
+                    reached.add(read)
+                    if read not in self.set_flags:
+                        pending.append(read)
+        return frozenset(reached)

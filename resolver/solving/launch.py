@@ -1,59 +1,51 @@
 """A launch and its answers: every question Accord asks about a command is asked of a `Launch`.
 
-`Launch(plan, user, facts)` is one command. Its answers are attributes computed on first use and
-kept for the object's life: the verdict of each hard rule that reads no decision, the decisions the
-solver makes, whether it is satisfiable, the warnings that fire, what a subset of the rules says.
+`Launch(plan, user, facts)` is one command. Its answers are computed on first use and kept for the
+object's life, each from smaller ones: the verdict of each hard rule that reads no decision, the
+decisions of each independent group (`Plan.structure`, decided by resolver/solving/core.py), the
+reading of each warn rule under those decisions. `decisions`, `satisfiable` and `warnings` are read
+off them, as are `minimal_rules` (QuickXplain over `rules_unsatisfiable`) and, for a pinned
+command, `exclusions`.
 
 Explanations, fixes, the dry-run, the CI matrix and `tune` ask about many commands that differ from
 one command in a few flags. `launch.changed(values)` and `launch.pinned(pins)` return such a
-command as a child `Launch` that answers from its parent: only what the change reaches, through the
-plan's dependency graph (resolver/solving/depgraph.py), is computed again.
+command as a child `Launch` of the same kind, with one difference: before computing a small answer
+it asks its parent. The parent's answer is taken when nothing it depends on can differ, that is when
+it reads no flag the change reaches through the plan's dependency graph (resolver/solving/depgraph.py):
+a verdict, a derived value, a group's decisions (same decisions, same rules), a warning's reading.
+The walk stops at what the parent never computed: the child computes that itself. A broken rule the
+change leaves alone proves the child unsatisfiable with no solve at all.
 
-- A changed child (a fix applied, a conflict's flags dropped) shares the parent's decision-free
-  verdicts and derived values that the changed flags cannot reach; a broken rule the change leaves
-  alone proves it unsatisfiable with no solve; decision groups that read nothing the change reaches
-  keep the parent's decisions; warnings are read again only for rules whose inputs may differ.
-- A pinned child (a dry-run value, a matrix row, a `tune` candidate) is judged by the parent's
-  `Pinning` (resolver/solving/pinning.py): the resolved values with the pins swapped in, the rules
-  the pins can reach, and the solver only for the rules linked to them.
+A pinned child (a dry-run value, a matrix row, a `tune` candidate) first tries its parent's resolved
+configuration with the pins swapped in. When none of the rules the pins reach fails on it and each
+decision they reach may still take its value, it is a legal configuration of the pinned command and
+nothing is solved; a failing rule that reads no decision excludes the command by itself; one that
+reads decisions is solved alone; only then is the child decided like any other. Its `environment` is
+that configuration (`tune` predicts from it).
 
-What a rule reads is taken widely (every expression of a rule, `is_set` questions too), so sharing
-is never wrong, only sometimes more cautious than needed. Each answer is what a plain question to
-the core about that command gives (its `plan.decisions`, `plan.satisfiable`, the warnings of its
-`plan.solve`); tests/test_solver_queries.py holds every answer, with the cache layer on and off, to
-those full solves (tests/reference_solver.py, the oracle). `Launches` keeps the launches of one
+What a rule reads is taken widely (every expression of a rule, `is_set` questions too), so sharing is
+never wrong, only sometimes more cautious than needed. Every answer is what a plain question to the
+core about that command gives: tests/test_solver_queries.py holds them, with the cache layer on and
+off, to full solves (tests/reference_solver.py, the oracle). `Launches` keeps the launches of one
 question (an explanation: one plan, one set of facts) so each command is solved once.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any, Iterable, Mapping
 
 from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruletypes import Rule
-from accord.resolver.solving.depgraph import Layout, Reach, layout_of
+from accord.resolver.solving import core
+from accord.resolver.solving.depgraph import Reach
 from accord.resolver.solving.env import Assignment, Env, RelaxedValues, Shared, check, holds
-from accord.resolver.solving.pinning import Pinning
 from accord.resolver.solving.quickxplain import quickxplain
 from accord.resolver.solving.solve import Plan
 
-
 # `Launch(resolved=...)` left out: the launch resolves itself when its pinned children first ask.
 SOLVE_ON_DEMAND: Any = object()
-
-
-@dataclasses.dataclass
-class _ChildAnswer:
-    """What a changed child's parent found: the child's decisions, the flags whose value may differ
-    from the parent's under the parent's decisions (None: any of them), its decision-reading rules,
-    and whether every one of them is known to hold under these decisions."""
-
-    decided: Assignment
-    differ: frozenset[str] | None
-    constrained: frozenset[int]
-    held: bool = False
+_SCALARS = (str, int, float, bool)
 
 
 class Launch:
@@ -64,18 +56,15 @@ class Launch:
         # A copy: callers go on changing theirs (find_conflicts drops the flags of each conflict).
         self.user = RelaxedValues(user, user.relaxed) if isinstance(user, RelaxedValues) else dict(user)
         self.plan, self.facts, self.family = plan, facts, family
-        # The values a resolve of it gave, when the caller has them (None: it does not resolve).
-        self._resolved = resolved
+        self._resolved = resolved  # the values a resolve of it gave, if the caller has them (None: it does not resolve)
         self._parent: Launch | None = None
-        self._change: frozenset[str] = frozenset()  # a changed child: the flags that differ from its parent's
-        self._pins: dict[str, Any] | None = None  # a pinned child: the pins on its parent
-        self._all: tuple | None = None            # (its decisions, all decision-reading rules held)
-        self._decided: tuple | None = None        # (decisions under its decision-reading rules alone, all held)
-        self._broken: set[int] | None = None      # ids of the broken decision-free rules
-        self._final: dict[int, Any] | None = None  # id(rule) -> its reading under those decisions
-        self._rejecters: list[Rule] = []          # rules that proved children unsatisfiable, latest first
-        self._reached: dict[frozenset, tuple] = {}  # changed flags -> (flags reached, rules reading them)
-        self._warned: tuple | None = None         # (decisions, warnings) of the command itself
+        self._change: frozenset[str] = frozenset()  # a child: the flags that may differ from its parent's
+        self._pins: dict[str, Any] | None = None    # a pinned child: its pins
+        self._looked: tuple | None = None           # a pinned child: its `_on_example`
+        self._groups: dict[tuple, tuple[Assignment, bool]] = {}  # group key -> (its decisions, they hold)
+        self._rejecters: list[Rule] = []            # rules that proved children unsatisfiable, latest first
+        self._clean: set[tuple] = {()}              # pin sets whose resolved configuration holds
+        self._examples: dict[frozenset, tuple[dict, dict]] = {}  # pinned flags -> `_example`
 
     # -- children ------------------------------------------------------------------------------
 
@@ -84,69 +73,126 @@ class Launch:
         value; by default every flag whose value differs), answering from this one."""
         child = Launch(self.plan, values, self.facts, self.family)
         child._parent = self
-        if flags is None:
-            missing = object()
-            flags = {k for k in {*values, *self.user} if values.get(k, missing) != self.user.get(k, missing)}
-        child._change = frozenset(flags)
+        child._change = _differing(self.user, child.user) if flags is None else frozenset(flags)
+        if isinstance(self.user, RelaxedValues) or isinstance(child.user, RelaxedValues):
+            child._change |= _relaxed(self.user) ^ _relaxed(child.user)  # `is_set` reads them differently
         return child
 
     def pinned(self, pins: Mapping[str, Any]) -> Launch:
-        """This command with `pins` set on top, judged by this one's `Pinning`."""
-        child = Launch(self.plan, {**self.user, **pins}, self.facts, self.family)
-        child._parent, child._pins = self, dict(pins)
+        """This command with `pins` set on top, answering from this one."""
+        child = self.changed({**self.user, **pins}, pins)
+        child._pins, child._pins_key = dict(pins), _pin_key(pins)
         return child
+
+    def sibling(self, values: Mapping[str, Any]) -> Launch:
+        """The launch of another command under the same plan and facts (the family's, if there is one)."""
+        return self.family.of(values) if self.family is not None else Launch(self.plan, values, self.facts)
 
     # -- answers -------------------------------------------------------------------------------
 
-    @property
+    @functools.cached_property
     def decisions(self) -> Assignment | None:
         """The decisions `plan.decisions(user, facts)` makes (None: unsatisfiable)."""
-        if self._pins is not None:
-            return self.plan.decisions(self.user, self.facts)
-        if self._parent is not None:
-            found = self._from_parent
-            return None if found is None else found.decided
-        if self._all is None:
-            if any(self.verdict(rule) is False for rule in self.plan.hard_rules):
-                self._all = (None, False)
-            else:
-                found = _preferred(self.plan, self.user, self.facts, self._layout.groups)
-                self._all = (found, True) if found is not None else (self.plan.decisions(self.user, self.facts), False)
-        return self._all[0]
+        twin = self.family.solved(self.user) if self.family is not None else None
+        if twin is not None and twin is not self:  # solved in full already (a drop two conflicts share)
+            return twin.decisions
+        return None if self._a_broken_rule is not None else self.base_decisions()
 
     @property
     def satisfiable(self) -> bool:
         """Whether some configuration of the command holds every hard rule (`plan.satisfiable`)."""
-        if self._pins is not None:
-            return self._parent._pinning.legal(self._pins)
+        return self._legal(full=False)
+
+    def _legal(self, full: bool) -> bool:
+        """`satisfiable`; a pinned child looks at its parent's configuration first (`full`: at every
+        rule there, for its exclusions next), then at the rules alone, and solves only after."""
+        parent = self._parent
+        if self._pins is not None and parent._values is not None:
+            if self._pins_key in parent._clean:
+                return True
+            failing, complete = self._on_example(full)
+            if not complete or (failing and self._fixed_failing):
+                return False
+            if not failing and self._eligible:
+                parent._clean.add(self._pins_key)
+                return True
+            if failing and self._eligible and self._alone:  # (else the suspects are many: solve)
+                return False
         return self.decisions is not None
 
     @functools.cached_property
     def warnings(self) -> frozenset[str]:
         """Ids of the warn rules that fire, as `plan.solve` and a pass over the warn rules give them
-        (none for an unsatisfiable command, or one failing `solve`'s final check)."""
-        if self._parent is not None and self._pins is None:
-            found = self._from_parent
-            if found is None:
-                return frozenset()
-            if found.differ is not None:
-                return frozenset(self._parent._warnings(self.user, found))
-            return self._parent.sibling(self.user).own_warnings(found.decided)
-        decided = self.decisions
-        return frozenset() if decided is None else self.own_warnings(decided)
+        (none for an unsatisfiable command)."""
+        if self.decisions is None:
+            return frozenset()
+        readings = self._readings
+        return frozenset(rule.id for rule in self.plan.warnings_to_check(self.user) if readings[id(rule)] is True)
+
+    @functools.cached_property
+    def verdicts(self) -> dict[int, Any]:
+        """The verdict of every hard rule that reads no decision (True, False or the missing fact's
+        key), by rule id."""
+        graph, env, shared = self._graph, self._env, self.shared
+        return {id(r): _verdict(r, env, shared) for r in self.plan.hard_rules if not graph.rule_depends(r)}
+
+    def base_decisions(self) -> Assignment | None:
+        """The decisions under its decision-reading rules alone (None when those rules have no
+        solution together): every group's, each decided once (or taken from the parent)."""
+        return self._base
+
+    @functools.cached_property
+    def _base(self) -> Assignment | None:
+        decided: Assignment = {}
+        structure = self.structure
+        # Every group, even after one fails: a child takes the ones its change does not reach.
+        held = [self._group(key, steps) for key, steps in zip(structure.group_keys, structure.groups)]
+        for found, _ in held:
+            decided.update(found)
+        return decided if all(ok for _, ok in held) else None
+
+    def rules_unsatisfiable(self, rules: list[Rule]) -> bool:
+        """`not plan.satisfiable(user, facts, rules)` under a subset of the hard rules (QuickXplain's
+        question). A broken decision-free rule decides it; without one, the subset is satisfiable when
+        the decision-reading rules all together are (fewer rules never remove a solution: the
+        decision search is complete, its look-ahead exact); anything else is solved."""
+        fixed, reading = self.structure.kinds
+        env, shared, reads_decisions = self._env, self.shared, False
+        for rule in rules:  # a plain loop: QuickXplain asks this about hundreds of rules at a time
+            rid = id(rule)
+            if rid in reading:
+                reads_decisions = True
+            elif rid in fixed and _verdict(rule, env, shared) is False:
+                return True
+        if not reads_decisions or self.base_decisions() is not None:
+            return False
+        return not self.plan.satisfiable(self.user, self.facts, rules)
+
+    def minimal_rules(self, rules: Iterable[Rule] | None = None) -> list[Rule]:
+        """A minimal set of hard rules (from `rules`, default all) unsatisfiable with this command
+        ([] when it is satisfiable under them), in rule order."""
+        pool = list(self.plan.hard_rules if rules is None else rules)
+        core_ids = {id(r) for r in quickxplain(pool, self.rules_unsatisfiable)}
+        return [r for r in pool if id(r) in core_ids]
+
+    def repair_flags(self, rules: Iterable[Rule]) -> frozenset[str]:
+        """Flags whose pinning could change what these rules say: only they can undo an exclusion."""
+        constrains = self.plan.graph.wide()[3]
+        return self._graph.upstream(frozenset().union(*(constrains[id(r)] for r in rules)))
+
+    # -- answers of a pinned child -------------------------------------------------------------
 
     @property
     def exclusions(self) -> list[tuple[Rule, ...]] | None:
-        """None when legal; else groups of rules, each unsatisfiable by itself with the pins."""
-        pinning, pins = self._judged_by()
-        return pinning.exclusions(pins)
+        """None when legal; else groups of rules, each unsatisfiable by itself with the pins: every
+        rule that is so alone, each a group, in rule order; when none is, one minimal set."""
+        return self._exclusions(every=True)
 
     @property
     def first_exclusion(self) -> list[tuple[Rule, ...]] | None:
         """None when legal; else at most one group of `exclusions` (none when no single proof is at
-        hand): cheaper, for searches that only need to know whether and roughly why."""
-        pinning, pins = self._judged_by()
-        return pinning.first_exclusion(pins)
+        hand; one reading no decision first): cheaper, for searches that only need whether and why."""
+        return self._exclusions(every=False)
 
     @property
     def excluded_by(self) -> tuple[Rule, ...] | None:
@@ -156,269 +202,225 @@ class Launch:
 
     @property
     def environment(self) -> Env:
-        """The pinned command's values as the legality check saw them (see `Pinning.environment`)."""
-        pinning, pins = self._judged_by()
-        return pinning.environment(pins)
+        """The pinned command's values as the legality check saw them: the parent's resolved values
+        the pins cannot reach and the decisions they leave alone kept, the rest derived on demand."""
+        pins = self._pinned_only()
+        if self._parent._values is None:
+            raise ValueError("a pinned launch's environment needs its parent's resolved configuration")
+        return Env(self.plan, self.user, self.facts, self._parent._example(frozenset(pins))[1])
 
-    def _judged_by(self) -> tuple[Pinning, dict[str, Any]]:
-        """The parent's `Pinning` and this launch's pins (a pinned launch's answers only)."""
+    def _exclusions(self, every: bool) -> list[tuple[Rule, ...]] | None:
+        self._pinned_only()
+        if self._legal(full=every):
+            return None
+        if self._parent._values is None:  # its parent's own flags conflict: no single rule is looked for
+            return [tuple(self.minimal_rules())] if every else []
+        if every:
+            return [(rule,) for rule in self._alone] or [tuple(self.minimal_rules())]
+        failing, complete = self._on_example(full=False)
+        first = failing[-1:] if not complete else self._fixed_failing[:1] or self._alone[:1]
+        return [(first[0],)] if first else []
+
+    def _pinned_only(self) -> dict[str, Any]:
         if self._pins is None:
             raise ValueError("exclusions and environment are answers of a pinned launch: ask launch.pinned(pins)")
-        return self._parent._pinning, self._pins
+        return self._pins
 
-    def verdict(self, rule: Rule) -> Any:
-        """True, False or the missing fact's key for a decision-free rule; None for the others."""
-        if id(rule) in self._layout.constrained:
-            return None
-        if id(rule) in self._anyway:
-            return True
-        return _verdict(rule, self._env, self.shared)
+    def _on_example(self, full: bool = True) -> tuple[list[Rule], bool]:
+        """(the hard rules the pins reach that fail on its parent's resolved configuration with the
+        pins swapped in, in rule order; whether that list is complete). Not `full`: the search may
+        stop at the first failing rule that reads no decision here, then the list's last."""
+        found = self._looked
+        if found is None or (full and not found[1]):
+            env, _, reached = self._view
+            failing: list[Rule] = []
+            for rule in self._parent._graph.constrained(reached):
+                if not holds(rule, env):
+                    failing.append(rule)
+                    if not full and not self._graph.rule_depends(rule):
+                        break
+            else:
+                full = True
+            found = self._looked = (failing, full)
+        return found
 
     @functools.cached_property
-    def verdicts(self) -> dict[int, Any]:
-        """The verdict of every decision-free hard rule, by rule id."""
-        found = ((id(rule), self.verdict(rule)) for rule in self.plan.hard_rules)
-        return {rid: verdict for rid, verdict in found if verdict is not None}
+    def _view(self) -> tuple[Env, Assignment, frozenset[str]]:
+        """(its parent's resolved configuration with the pins swapped in (`_example`), as an `Env`;
+        the resolved decisions the pins leave alone; the flags the pins reach there, not walking
+        past a decision, which keeps its value). Only those flags' rules and decisions can have
+        changed; when that configuration held with one pin fewer, only the last pin is walked from."""
+        parent, pins = self._parent, self._pins
+        fresh = next((frozenset({name}) for name in pins
+                      if _pin_key({k: v for k, v in pins.items() if k != name}) in parent._clean), frozenset(pins))
+        decided, example = parent._example(frozenset(pins))
+        reached = parent._graph.affected(fresh, through_decisions=False)
+        return Env(self.plan, self.user, self.facts, example), decided, reached
 
-    def base_decisions(self) -> Assignment | None:
-        """The decisions under its decision-reading rules alone (None when those rules have no
-        solution together)."""
-        if self._decided is None:
-            found = _preferred(self.plan, self.user, self.facts, self._layout.groups)
-            if found is not None:
-                self._decided = (found, True)
-            else:
-                rules = [rule for _, group in self._layout.groups for rule in group]
-                self._decided = (self.plan.decisions(self.user, self.facts, rules), False)
-        return self._decided[0]
+    @functools.cached_property
+    def _eligible(self) -> bool:
+        """Whether each decision the pins reach may still take its resolved value there: then that
+        configuration is an assignment of the pinned command (and with no rule failing, a legal one)."""
+        env, decided, reached = self._view
+        return all(self.plan.eligible(d, decided[d], env) for d in decided.keys() & reached)
 
-    def rules_unsatisfiable(self, rules: list[Rule]) -> bool:
-        """`not plan.satisfiable(user, facts, rules)` under a subset of the hard rules (QuickXplain's
-        question). A broken decision-free rule decides it; without one, the subset is satisfiable when
-        the decision-reading rules all together are (fewer rules never remove a solution: the
-        decision search is complete, its look-ahead exact); anything else is solved."""
-        known, constrained, decision_free = self.shared.verdicts, self._layout.constrained, True
-        for rule in rules:  # a plain loop: QuickXplain asks this about hundreds of rules at a time
-            rid = id(rule)
-            if rid in constrained:
-                decision_free = False
-                continue
-            verdict = known.get(rid)
-            if verdict is None and rid not in self._anyway:
-                verdict = _verdict(rule, self._env, self.shared)
-            if verdict is False:
-                return True
-        if decision_free or self.base_decisions() is not None:
-            return False
-        return not self.plan.satisfiable(self.user, self.facts, rules)
+    @functools.cached_property
+    def _fixed_failing(self) -> list[Rule]:
+        """The rules failing on its parent's configuration (`_on_example`) that read no decision
+        once pinned: each excludes the pinned command by itself, whatever the solver chooses."""
+        return [rule for rule in self._on_example()[0] if not self._graph.rule_depends(rule)]
 
-    def minimal_rules(self, rules: Iterable[Rule] | None = None) -> list[Rule]:
-        """A minimal set of hard rules (from `rules`, default all) unsatisfiable with this command
-        ([] when it is satisfiable under them), in rule order."""
-        pool = list(self.plan.hard_rules if rules is None else rules)
-        core = {id(r) for r in quickxplain(pool, self.rules_unsatisfiable)}
-        return [r for r in pool if id(r) in core]
+    @functools.cached_property
+    def _alone(self) -> list[Rule]:
+        """The hard rules that exclude this pinned command each by itself, in rule order. Its parent
+        is legal, so only rules the pins reach can: those of `_fixed_failing`, and those reading
+        decisions that have no solution alone. Such a rule fails on the parent's configuration too
+        when that is an assignment of the pinned command (`_eligible`); otherwise every rule the pins
+        reach is a suspect, and one holding with each decision at its most preferred value is
+        cleared without a solve."""
+        failing, _ = self._on_example()
+        graph, preferred = self._parent._graph, Env(self.plan, self.user, self.facts, {})
+        suspects = failing if self._eligible else [
+            rule for rule in graph.constrained(graph.affected(self._pins)) if not holds(rule, preferred)]
+        alone = {id(rule) for rule in self._fixed_failing}
+        alone.update(id(rule) for rule in suspects if id(rule) not in alone and self._graph.rule_depends(rule)
+                     and not self.plan.satisfiable(self.user, self.facts, [rule]))
+        return [rule for rule in suspects if id(rule) in alone]
 
-    def repair_flags(self, rules: Iterable[Rule]) -> frozenset[str]:
-        """Flags whose pinning could change what these rules say: only they can undo an exclusion."""
-        return frozenset().union(*(self._graph.rule_reach(r) for r in rules))
+    def _example(self, names: frozenset[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(the resolved decisions pins on `names` leave alone, those plus every resolved scalar
+        value they cannot reach): a flag no pin reaches keeps its value while the decisions stay."""
+        found = self._examples.get(names)
+        if found is None:
+            decisions, stable = self._stable
+            decided = {d: v for d, v in decisions.items() if d not in names}
+            example = stable.copy()
+            for name in self._graph.affected(names):
+                example.pop(name, None)
+            example.update(decided)
+            found = self._examples[names] = (decided, example)
+        return found
 
-    def own_warnings(self, decided: Assignment) -> frozenset[str]:
-        """The warnings of this command with these decisions (`plan.decisions` of it), read once."""
-        if self._warned is None or self._warned[0] != decided:
-            held = self._all is not None and self._all[0] == decided and self._all[1]
-            found = self._warnings(self.user, _ChildAnswer(decided, None, self._layout.constrained, held))
-            self._warned = (dict(decided), frozenset(found))
-        return self._warned[1]
+    @functools.cached_property
+    def _values(self) -> Mapping[str, Any] | None:
+        """Its resolved values (None: it is unsatisfiable, or the caller said it does not resolve)."""
+        values = self._resolved
+        if values is SOLVE_ON_DEMAND:
+            values = self.plan.solve(self.user, self.facts).values if self.satisfiable else None
+        return values
 
-    # -- what is kept --------------------------------------------------------------------------
+    @functools.cached_property
+    def _stable(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(the resolved decisions of the flags it leaves unset, every resolved scalar value of those
+        flags). Scalars only: a list or mapping may be stored frozen, which a rule could tell apart."""
+        values = self._values
+        unset = [name for name in values if name not in self.user]
+        return ({n: values[n] for n in unset if n in self.plan.prefer_rules},
+                {n: values[n] for n in unset if values[n] is None or type(values[n]) in _SCALARS})
+
+    # -- the small answers, and what a child takes from its parent ---------------------------------
+
+    @functools.cached_property
+    def structure(self) -> core.Structure:
+        return self.plan.structure(self.user, self.facts)
 
     @functools.cached_property
     def shared(self) -> Shared:
-        return self.plan.shared(self.user, self.facts)
+        """The solver's memo of its decision-free values (`Plan.shared`); a child's is seeded from its
+        parent's where the change cannot reach."""
+        shared = self.plan.shared(self.user, self.facts)
+        if self._parent is not None:
+            self._parent._seed_into(shared, self._change)
+        return shared
 
     @functools.cached_property
     def _env(self) -> Env:
         return Env(self.plan, self.user, self.facts, {}, self.shared)
 
     @functools.cached_property
-    def _anyway(self) -> frozenset[int]:
-        """Ids of the decision-free rules that hold whatever the values (`Plan.holds_anyway`)."""
-        return self.plan.holds_anyway(self.user, self.facts)[0]
-
-    @functools.cached_property
     def _graph(self) -> Reach:
-        return self.plan.reach(self.user)
+        return self.plan.graph.given(self.user)
 
     @functools.cached_property
-    def _layout(self) -> Layout:
-        return layout_of(self.plan, self.user)
+    def _all_broken(self) -> list[Rule]:
+        return [rule for rule in self.structure.fixed if _verdict(rule, self._env, self.shared) is False]
 
     @functools.cached_property
-    def _pinning(self) -> Pinning:
-        """Judges this command's pinned children, from its resolved values (none: every question
-        goes to the solver)."""
-        values = self._resolved
-        if values is SOLVE_ON_DEMAND:
-            values = self.plan.solve(self.user, self.facts).values if self.satisfiable else None
-        return Pinning(self.plan, self.user, self.facts, values, self._graph,
-                       lambda pinned, rules: Launch(self.plan, pinned, self.facts).minimal_rules(rules))
-
-    @functools.cached_property
-    def _from_parent(self) -> _ChildAnswer | None:
-        """A changed child's decisions as its parent works them out (None: unsatisfiable)."""
-        return self._parent._solve_child(self.user, self._change)
-
-    # -- a changed child, from its parent ------------------------------------------------------
-
-    def seed(self, values: Mapping[str, Any]) -> None:
-        """Copy into the solver's memo for `values` (`Plan.shared`) the decision-free verdicts and
-        derived values of this command that the flags in which they differ cannot reach, so no
-        solve of `values` computes them again (with the cache layer off that memo is not kept,
-        and a solve of `values` computes them afresh)."""
-        if getattr(values, "relaxed", None) or getattr(self.user, "relaxed", None):
-            return  # `is_set` reads relaxed flags differently: not worth the care
-        missing = object()
-        changed = {k for k in {*values, *self.user} if values.get(k, missing) != self.user.get(k, missing)}
-        flags, touched = self._reach(changed)
-        shared = self.plan.shared(values, self.facts)
-        self._seed_derived(shared, flags)
-        self._seed_verdicts(shared, touched)
-
-    def _reach(self, changed: Iterable[str]) -> tuple[frozenset[str], dict[int, Rule]]:
-        key = frozenset(changed)
-        found = self._reached.get(key)
+    def _a_broken_rule(self) -> Rule | None:
+        """A decision-free hard rule that fails (None: none does). A child looks first at its
+        parent's broken rules the change leaves alone, then, in a bare Env, at the rules that
+        rejected its siblings (most children of a fix search stop there, with no solver memo)."""
+        parent, found = self._parent, None
+        if parent is not None:
+            touched = parent._reach(self._change)[1]
+            found = next((rule for rule in parent._all_broken if id(rule) not in touched), None)
+            if found is None:
+                quick, fixed = Env(self.plan, self.user, self.facts, {}), self.structure.kinds[0]
+                found = next((rule for rule in parent._rejecters
+                              if id(rule) in fixed and _reading(rule, quick) is False), None)
         if found is None:
-            flags = self._graph.affected(key)
-            found = self._reached[key] = (flags, self._graph.touched(flags))
+            env, shared = self._env, self.shared
+            found = next((rule for rule in self.structure.fixed if _verdict(rule, env, shared) is False), None)
+        if found is not None and parent is not None:
+            parent._rejecters = [found, *(rule for rule in parent._rejecters if rule is not found)]
         return found
 
-    def _seed_derived(self, shared: Shared, flags: frozenset[str]) -> None:
-        for name, value in self.shared.derived.items():
+    def _group(self, key: tuple, steps: list[core.Step]) -> tuple[Assignment, bool]:
+        """One decision group's decisions and whether its rules hold (`key`: its decisions and its
+        rules' ids), taken from the parent when the change reaches none of it."""
+        found = self._groups.get(key)
+        if found is None:
+            found = self._parents_group(key) or core.decide_group(self.plan, self.user, self.facts, steps, self.shared)
+            self._groups[key] = found
+        return found
+
+    def _parents_group(self, key: tuple) -> tuple[Assignment, bool] | None:
+        parent = self._parent
+        if parent is None:
+            return None
+        parent.base_decisions()  # the parent decides each of its groups once, for all its children
+        if key not in parent._groups:
+            return None
+        flags, touched = parent._reach(self._change)
+        if any(name in flags for name in key[0]) or any(rid in touched for rid in key[1]):
+            return None
+        return parent._groups[key]
+
+    @functools.cached_property
+    def _readings(self) -> dict[int, Any]:
+        """Every warn rule's condition that may apply, under its base decisions: the parent's for
+        the rules reading nothing that the change or a decision taken differently reaches."""
+        decided, parent, inherited = self.base_decisions(), self._parent, {}
+        if parent is not None and parent.base_decisions() is not None:
+            before = parent.base_decisions()
+            differ = {d for d, v in decided.items() if d not in before or not core.same(before[d], v)}
+            touched = parent._reach(self._change | differ)[1]
+            inherited = {rid: reading for rid, reading in parent._readings.items() if rid not in touched}
+        env = Env(self.plan, self.user, self.facts, decided, self.shared)
+        return {id(rule): inherited[id(rule)] if id(rule) in inherited else _reading(rule, env)
+                for rule in self.plan.warnings_to_check(self.user)}
+
+    def _reach(self, changed: Iterable[str]) -> tuple[frozenset[str], dict[int, Rule]]:
+        """(the flags a change of `changed` reaches, the rules reading any of them)."""
+        flags = self._graph.affected(changed)
+        return flags, self._graph.touched(flags)
+
+    def seed(self, values: Mapping[str, Any]) -> None:
+        """Copy into the solver's memo for `values` (`Plan.shared`) this command's decision-free
+        verdicts and derived values that the flags in which they differ cannot reach, so no solve of
+        `values` computes them again (with the cache layer off that memo is not kept)."""
+        changed = _differing(self.user, values) | (_relaxed(self.user) ^ _relaxed(values))
+        self._seed_into(self.plan.shared(values, self.facts), changed)
+
+    def _seed_into(self, shared: Shared, changed: Iterable[str]) -> None:
+        flags, touched = self._reach(changed)
+        mine = self.shared
+        for name, value in mine.derived.items():
             if name not in flags:
                 shared.derived.setdefault(name, value)
-
-    def _seed_verdicts(self, shared: Shared, touched: dict[int, Rule]) -> None:
-        for rid, verdict in self.shared.verdicts.items():
+        for rid, verdict in mine.verdicts.items():
             if rid not in touched:
                 shared.verdicts.setdefault(rid, verdict)
-
-    def _solve_child(self, values: Mapping[str, Any], changed: frozenset[str]) -> _ChildAnswer | None:
-        """What `plan.decisions(values, facts)` says of a child differing in `changed`: None when it
-        is unsatisfiable, else its decisions."""
-        plan = self.plan
-        known = self.family.solved(values) if self.family is not None else None
-        if known is not None:  # solved in full already (say, a drop that two conflicts share)
-            decided, held = known._all
-            return None if decided is None else _ChildAnswer(decided, None, known._layout.constrained, held)
-        if self._broken is None:
-            self._broken = {rid for rid, verdict in self.verdicts.items() if verdict is False}
-        flags, touched = self._reach(changed)
-        if any(rid not in touched for rid in self._broken):
-            return None  # a broken rule reads nothing the change reaches
-        layout = layout_of(plan, values)
-        if self._rejected(values, touched, layout, flags):
-            return None
-        decided = self.base_decisions()
-        if decided is None:
-            other = self.sibling(values)
-            again = other.decisions
-            return None if again is None else _ChildAnswer(again, None, layout.constrained, other._all[1])
-        return self._redecide(values, changed, flags, touched, layout, decided)
-
-    def _rejected(self, values: Mapping[str, Any], touched: dict[int, Rule], layout: Layout,
-                  flags: frozenset[str]) -> bool:
-        """Whether a decision-free rule the change touches fails for `values` (then it is
-        unsatisfiable); otherwise its verdicts are left in the solver's memo for `values`. The rules
-        that rejected earlier children are the likeliest to reject this one: they are tried first,
-        in a bare Env (most children stop here, and need no solver memo)."""
-        plan = self.plan
-        quick = Env(plan, values, self.facts, {})
-        for rule in self._rejecters:
-            if id(rule) in touched and id(rule) not in layout.constrained and _reading(rule, quick) is False:
-                self._rejected_by(rule)
-                return True
-        shared = plan.shared(values, self.facts)
-        self._seed_derived(shared, flags)
-        env = Env(plan, values, self.facts, {}, shared)
-        anyway = plan.holds_anyway(values, self.facts)[0]
-        for rule in touched.values():
-            if rule.is_hard and id(rule) not in layout.constrained and id(rule) not in anyway \
-                    and _verdict(rule, env, shared) is False:
-                self._rejected_by(rule)
-                return True
-        self._seed_verdicts(shared, touched)
-        return False
-
-    def _redecide(self, values: Mapping[str, Any], changed: frozenset[str], flags: frozenset[str],
-                  touched: dict[int, Rule], layout: Layout, decided: Assignment) -> _ChildAnswer | None:
-        """Every decision-free rule holds. A decision group that is also one of this command's and
-        reads nothing the change reaches decides as here; the others are decided again (other
-        flags set can merge or split groups)."""
-        plan = self.plan
-        kept: Assignment = {}
-        redo: list[tuple] = []
-        for names, rules in layout.groups:
-            if (names, tuple(map(id, rules))) in self._layout.keys and not any(var in flags for var in names) \
-                    and not any(id(rule) in touched for rule in rules):
-                kept.update((var, decided[var]) for var in names)
-            else:
-                redo.append((names, rules))
-        if not redo:
-            return _ChildAnswer(kept, flags, layout.constrained, self._decided[1])
-        again, held = _preferred(plan, values, self.facts, redo), self._decided[1]
-        if again is None:
-            again, held = plan.decisions(values, self.facts, [rule for _, rules in redo for rule in rules]), False
-        if again is None:
-            return None
-        redone = [var for names, _ in redo for var in names]
-        return _ChildAnswer({**kept, **again}, self._graph.affected([*changed, *redone]), layout.constrained, held)
-
-    def _warnings(self, values: Mapping[str, Any], found: _ChildAnswer) -> set[str]:
-        """The warnings of `values` (this command, or a changed child) under `found`'s decisions;
-        like `solve`, the decision-reading hard rules are checked once more on the result, and a
-        command failing that has no warnings."""
-        plan = self.plan
-        env = Env(plan, values, self.facts, found.decided, plan.shared(values, self.facts))
-        final = self._base_final() if found.differ is not None else {}
-        touched = self._graph.touched(found.differ) if found.differ is not None else None
-        anyway = plan.holds_anyway(values, self.facts)[1]
-        fired = set()
-        # Decisions found as the preferred completion were checked against every rule that reads
-        # them on exactly these values: `solve`'s final check can only agree.
-        for rule in plan.warn_rules if found.held else (*plan.hard_rules, *plan.warn_rules):
-            if rule.is_hard and (id(rule) not in found.constrained or id(rule) in anyway):
-                continue  # decision-free: already held before the decisions were made; or holds anyway
-            if touched is not None and id(rule) not in touched:
-                # (a hard rule is absent when the base decisions were checked against all of them)
-                reading = final.get(id(rule), True) if rule.is_hard else final[id(rule)]
-            else:
-                reading = _reading(rule, env)
-            if rule.is_hard and reading is False:
-                return set()
-            if not rule.is_hard and reading is True:
-                fired.add(rule.id)
-        return fired
-
-    def _rejected_by(self, rule: Rule) -> None:
-        if self._rejecters[:1] != [rule]:
-            self._rejecters = [rule, *(r for r in self._rejecters if r is not rule)]
-
-    def sibling(self, values: Mapping[str, Any]) -> Launch:
-        """The launch of another command under the same plan and facts (the family's, if there is one)."""
-        return self.family.of(values) if self.family is not None else Launch(self.plan, values, self.facts)
-
-    def _base_final(self) -> dict[int, Any]:
-        """Every decision-reading hard rule's verdict and every warn rule's condition under this
-        command's own decisions (what a changed child copies for the rules it does not touch)."""
-        if self._final is None:
-            env = Env(self.plan, self.user, self.facts, self.base_decisions(), self.shared)
-            held = self._decided[1]
-            anyway = self.plan.holds_anyway(self.user, self.facts)[1]  # read as holding, below
-            rules = [] if held else [r for r in self.plan.hard_rules
-                                     if id(r) in self._layout.constrained and id(r) not in anyway]
-            self._final = {id(rule): _reading(rule, env) for rule in (*rules, *self.plan.warn_rules)}
-        return self._final
 
 
 class Launches:
@@ -438,9 +440,9 @@ class Launches:
         return found
 
     def solved(self, values: Mapping[str, Any]) -> Launch | None:
-        """The launch of `values` if this family has one that solved it in full."""
+        """The launch of `values` if this family has one whose decisions are known."""
         found = self._by_command.get(_key(values))
-        return found if found is not None and found._all is not None else None
+        return found if found is not None and "decisions" in found.__dict__ else None
 
     def seed(self, values: Mapping[str, Any]) -> None:
         """Seed `values` from every command solved so far (each copies what the flags in which it
@@ -449,26 +451,21 @@ class Launches:
             launch.seed(values)
 
 
-def _preferred(plan: Plan, values: Mapping[str, Any], facts: Mapping[str, Any], groups) -> Assignment | None:
-    """The decisions of these groups when every decision's most preferred eligible value already
-    satisfies their rules, else None (then the caller solves). The greedy search would pick exactly
-    these: at each step the first candidate closes its rules and the preferred completion is its
-    own look-ahead witness. Each value is kept as it is read (in decision order, so a decision
-    whose eligibility others read comes first): an undecided value is otherwise recomputed on
-    every read."""
-    decided: Assignment = {}
-    env = Env(plan, values, facts, decided, plan.shared(values, facts))
-    for names, _ in groups:
-        for var in names:
-            decided[var] = env.flag(var)
-    anyway = plan.holds_anyway(values, facts)[1]  # hold whatever the decisions: not checked
-    if all(holds(rule, env) for _, rules in groups for rule in rules if id(rule) not in anyway):
-        return decided
-    return None
+def _differing(a: Mapping[str, Any], b: Mapping[str, Any]) -> frozenset[str]:
+    missing = object()
+    return frozenset(k for k in {*a, *b} if a.get(k, missing) != b.get(k, missing))
+
+
+def _relaxed(values: Mapping[str, Any]) -> frozenset[str]:
+    return frozenset(getattr(values, "relaxed", ()))
 
 
 def _key(user: Mapping[str, Any]) -> tuple:
-    return repr(sorted(user.items())), frozenset(getattr(user, "relaxed", ()))
+    return repr(sorted(user.items())), _relaxed(user)
+
+
+def _pin_key(pins: Mapping[str, Any]) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in pins.items()))
 
 
 def _reading(rule: Rule, env: Env) -> Any:

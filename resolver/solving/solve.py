@@ -31,7 +31,7 @@ from accord.resolver.solving import core
 from accord.resolver.solving.cache import SolverCache
 from accord.resolver.solving.constants import Constants, applies, constant
 from accord.resolver.solving.core import Decided, Structure
-from accord.resolver.solving.depgraph import DependencyGraph, Reach
+from accord.resolver.solving.depgraph import DependencyGraph
 from accord.resolver.solving.env import Assignment, Env, Outcome, RelaxedValues, Shared, check, holds, set_flags_key
 
 # The solver's public names: callers import them from here (Env, RelaxedValues, check and holds live
@@ -112,26 +112,30 @@ class Plan:
                 return out
         return [(self.catalog[flag].default, None)]
 
+    def eligible(self, flag: str, value: Any, env: Env) -> bool:
+        """Whether `value` is among `candidates(flag, env)`, evaluating as few candidates as that
+        takes: its own first, then the others until one is eligible (a pinned launch asks this of
+        every decision its pins reach)."""
+        for rule in self.prefer_rules[flag]:
+            try:
+                if rule.when is not None and not rule.when._fn(env):
+                    continue
+            except UnknownFact:
+                continue
+            if any(_open(cand, env) for cand in rule.values if cand.value == value):
+                return True
+            if any(_open(cand, env) for cand in rule.values if cand.value != value):
+                return False
+        return self.catalog[flag].default == value
+
     def depends(self, names: Iterable[str], user: Mapping[str, Any], memo: dict[str, frozenset]) -> frozenset:
         """The decision variables that the given flags' values depend on (`memo`: the working memo
-        for these set flags, `depends_table`); see `DependencyGraph.depends`."""
+        for these set flags); see `DependencyGraph.depends`."""
         return self.graph.depends(names, user, memo)
 
     def prefer_reads(self, flag: str) -> frozenset[str]:
         """The flags a decision's prefer rules read (its eligibility)."""
         return self.graph.value_reads[flag]
-
-    def reach(self, user: Mapping[str, Any]) -> Reach:
-        """The dependency graph given which flags `user` sets (resolver/solving/depgraph.py)."""
-        return self.graph.given(user)
-
-    def depends_table(self, user: Mapping[str, Any]) -> dict[str, frozenset]:
-        """The shared memo for `depends` with these flags set."""
-        return self.graph.given(user).depends_of
-
-    def rule_depends(self, rule: Rule, user: Mapping[str, Any]) -> frozenset:
-        """The decisions a hard rule's verdict depends on, given which flags the user set."""
-        return self.graph.given(user).rule_depends(rule)
 
     # -- solving -----------------------------------------------------------------------------
 
@@ -178,44 +182,21 @@ class Plan:
 
     def satisfiable(self, user: Mapping[str, Any], facts: Mapping[str, Any],
                     hard_rules: list[Rule] | None = None) -> bool:
-        rules = self.hard_rules if hard_rules is None else hard_rules
-        return self._decide(user, facts, rules, self.shared(user, facts)).satisfiable
+        return self._decide(user, facts, hard_rules, self.shared(user, facts)).satisfiable
 
     def decisions(self, user: Mapping[str, Any], facts: Mapping[str, Any],
                   hard_rules: list[Rule] | None = None) -> Assignment | None:
         """The decisions `solve` makes (None: unsatisfiable), without resolving every other flag:
         explanations read the few values they need through an `Env` (resolver/solving/launch.py)."""
-        rules = self.hard_rules if hard_rules is None else hard_rules
-        found = self._decide(user, facts, rules, self.shared(user, facts))
+        found = self._decide(user, facts, hard_rules, self.shared(user, facts))
         return found.decisions if found.satisfiable else None
-
-    def decision_groups(self, user: Mapping[str, Any]) -> list[tuple[tuple[str, ...], tuple[Rule, ...]]]:
-        """The independent groups of decisions for these set flags, each with the hard rules that
-        read its decisions (a changed `Launch` re-decides only the groups a change reaches)."""
-        return [(tuple(step.decision for step in steps), tuple(rule for step in steps for rule in step.closes))
-                for steps in self._structure(user, self.hard_rules).groups]
 
     def shared(self, user: Mapping[str, Any], facts: Mapping[str, Any]) -> Shared:
         """The decision-free values of these user values and facts (kept for the last few pairs:
         an explanation solves the same launch under many rule subsets, the UI asks it again)."""
-        make = lambda: Shared(self.depends_table(user), self._constants(user).derived)  # noqa: E731
+        make = lambda: Shared(self.graph.given(user).depends_of, self._constants(user).derived)  # noqa: E731
         key = (repr(sorted(user.items())), set_flags_key(user), self._facts_key(facts))
         return self.cache.lookup("shared", key, make, 32)
-
-    def holds_anyway(self, user: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple[frozenset[int], frozenset[int]]:
-        """Ids of the hard rules that hold in every launch with these flags set and these fact
-        names, whatever the values (see `_for_facts`): (the decision-free ones, the decision-reading
-        ones). Explanations skip checking them, as `_decide` does."""
-        def make() -> tuple[frozenset[int], frozenset[int]]:
-            key = self._key(user, self.hard_rules)
-            structure = self._structure(user, self.hard_rules, key)
-            found = self._for_facts(user, facts, structure, key)
-            checked = {id(rule) for rule in (*found.fixed, *found.with_decisions)}
-            reading = {id(rule) for rule in structure.with_decisions}
-            anyway = [id(rule) for rule in self.hard_rules if id(rule) not in checked]
-            return (frozenset(rid for rid in anyway if rid not in reading),
-                    frozenset(rid for rid in anyway if rid in reading))
-        return self.cache.lookup("holds_anyway", (set_flags_key(user), frozenset(facts)), make, 512)
 
     def _facts_key(self, facts: Mapping[str, Any]) -> str:
         """`repr(sorted(facts.items()))`, the facts' part of a `shared` key, kept for the last facts
@@ -248,39 +229,39 @@ class Plan:
         """Drop the per-launch values kept by `shared` (benchmarks: measure the work, not the memory)."""
         self.cache.forget("shared")
 
-    def _key(self, user: Mapping[str, Any], rules: list[Rule]) -> tuple:
-        """What a structure depends on: which flags are set (and relaxed), and which rules count."""
-        return set_flags_key(user), None if rules is self.hard_rules else tuple(map(id, rules))
-
-    def _structure(self, user: Mapping[str, Any], rules: list[Rule], key: tuple | None = None) -> Structure:
-        """How to decide, given which flags are set and which rules count (see `core.Structure`)."""
-        def make() -> Structure:
-            reach = self.graph.given(user)
-            return core.build_structure(self, user, rules, reach.depends_of, reach.by_rule, self._constants(user))
-        return self.cache.lookup("structure", key or self._key(user, rules), make, 512)
-
-    def _for_facts(self, user: Mapping[str, Any], facts: Mapping[str, Any], structure: Structure,
-                   key: tuple) -> Structure:
-        """`structure` (for `key`, see `_key`) without the rules that hold whatever the values,
-        knowing only which flags are set and which facts exist: say, the rules about Accord's own
-        engine, guarded by `known(engine)`, when the facts have no `engine` (a plain resolve). Such
-        a rule never fails and never reads an unknown fact, so no check of it can change a decision
-        or the outcome. No fact value enters it."""
+    def structure(self, user: Mapping[str, Any], facts: Mapping[str, Any],
+                  rules: list[Rule] | None = None) -> Structure:
+        """How `solve` decides this launch (see `core.Structure`; a `Launch` decides it group by
+        group). Built from which flags are set and which rules count, then less the rules that hold
+        whatever the values, knowing which facts exist: say, the rules about Accord's own engine,
+        guarded by `known(engine)`, when the facts have no `engine`. Such a rule never fails and
+        never reads an unknown fact, so no check of it can change a decision or the outcome."""
+        rules = self.hard_rules if rules is None else rules
+        key = (set_flags_key(user), None if rules is self.hard_rules else tuple(map(id, rules)))
         known = frozenset(facts)
 
-        def make() -> Structure:
-            probe = Constants(self, user, known, seed=self._constants(user))
-            dropped = {id(rule) for rule in (*structure.fixed, *structure.with_decisions)
-                       if constant(check, rule, probe) is True}
-            return core.without_rules(structure, dropped)
-        return self.cache.lookup("for_facts", (key, known), make, 512)
+        def build() -> Structure:
+            reach = self.graph.given(user)
+            return core.build_structure(self, user, rules, reach.depends_of, reach.by_rule, self._constants(user))
 
-    def _decide(self, user: Mapping[str, Any], facts: Mapping[str, Any], rules: list[Rule],
+        def for_facts() -> Structure:
+            full = self.cache.lookup("structure", key, build, 512)
+            probe = Constants(self, user, known, seed=self._constants(user))
+            return core.without_rules(full, {id(rule) for rule in (*full.fixed, *full.with_decisions)
+                                             if constant(check, rule, probe) is True})
+        return self.cache.lookup("for_facts", (key, known), for_facts, 512)
+
+    def _decide(self, user: Mapping[str, Any], facts: Mapping[str, Any], rules: list[Rule] | None,
                 shared: Shared) -> Decided:
-        """`core.decide` on this launch's structure, less the rules holding whatever the values."""
-        key = self._key(user, rules)
-        structure = self._for_facts(user, facts, self._structure(user, rules, key), key)
-        return core.decide(self, user, facts, structure, shared)
+        return core.decide(self, user, facts, self.structure(user, facts, rules), shared)
+
+
+def _open(candidate, env: Env) -> bool:
+    """Whether a prefer rule's candidate is eligible in `env` (an unknown fact: it is not)."""
+    try:
+        return candidate.when is None or bool(candidate.when._fn(env))
+    except UnknownFact:
+        return False
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
