@@ -116,12 +116,7 @@ class Plan:
         """Whether `value` is among `candidates(flag, env)`, evaluating as few candidates as that
         takes: its own first, then the others until one is eligible (a pinned launch asks this of
         every decision its pins reach)."""
-        for rule in self.prefer_rules[flag]:
-            try:
-                if rule.when is not None and not rule.when._fn(env):
-                    continue
-            except UnknownFact:
-                continue
+        for rule in (rule for rule in self.prefer_rules[flag] if _open(rule, env)):
             if any(_open(cand, env) for cand in rule.values if cand.value == value):
                 return True
             if any(_open(cand, env) for cand in rule.values if cand.value != value):
@@ -256,10 +251,10 @@ class Plan:
         return core.decide(self, user, facts, self.structure(user, facts, rules), shared)
 
 
-def _open(candidate, env: Env) -> bool:
-    """Whether a prefer rule's candidate is eligible in `env` (an unknown fact: it is not)."""
+def _open(item, env: Env) -> bool:
+    """Whether a prefer rule, or one of its candidates, applies in `env` (an unknown fact: it does not)."""
     try:
-        return candidate.when is None or bool(candidate.when._fn(env))
+        return item.when is None or bool(item.when._fn(env))
     except UnknownFact:
         return False
 
