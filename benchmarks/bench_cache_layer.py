@@ -67,7 +67,7 @@ def _hash_figures(runs: int) -> None:
 
     with cache.cached():
         kept = measure(lambda: frozen.config_hash(*args), runs)
-        hot_ms = measure(lambda: hot(TYPICAL, "h100"), runs, plan_for("llm").forget_values)
+        hot_ms = measure(lambda: hot(TYPICAL, "h100"), runs, lambda: plan_for("llm").cache.forget("shared"))
     with cache.uncached():
         assert frozen.config_hash(*args) == config.hash
         off = measure(lambda: frozen.config_hash(*args), runs)
@@ -84,7 +84,7 @@ def main() -> None:
     if args.hash_only:
         _hash_figures(args.runs * 100)
         return
-    forget = plan_for("llm").forget_values
+    forget = lambda: plan_for("llm").cache.forget("shared")  # noqa: E731
     questions = [
         ("hot resolve (typical llm launch, h100)", lambda: hot(TYPICAL, "h100"), args.runs * 10),
         ("conflict + explanation + fixes (b200)", lambda: conflict(CONFLICT, "b200"), args.runs),

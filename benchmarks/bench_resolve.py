@@ -85,7 +85,7 @@ def cold(cmd: list[str], env: dict[str, str], runs: int = 9) -> tuple[float, flo
 
 def main() -> None:
     hot(TYPICAL, "h100")  # warm caches: catalog, rules, parser
-    forget = plan_for("llm").forget_values
+    forget = lambda: plan_for("llm").cache.forget("shared")  # noqa: E731
     parse_only, _ = measure(lambda: parse_flags(TYPICAL), 200)
     hot_ms, hot_cpu = measure(lambda: hot(TYPICAL, "h100"), 200, forget)
     conflict_ms, conflict_cpu = measure(lambda: conflict(CONFLICT, "b200"), 30, forget)

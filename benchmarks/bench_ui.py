@@ -77,7 +77,7 @@ def change(base: str, body: dict, per_endpoint: dict, remembered: bool = False) 
     """One change as the page makes it: (ms to the first answer, ms to the last); computed afresh
     unless `remembered`."""
     if not remembered:
-        plan_for(body["system"]).forget_values()
+        plan_for(body["system"]).cache.forget("shared")
         OUTCOMES.forget()
     status, first = post(base, "resolve", body)
     per_endpoint["resolve"].append(first)
@@ -89,7 +89,7 @@ def change(base: str, body: dict, per_endpoint: dict, remembered: bool = False) 
 
 def cli_work(facts: str, args: list[str]) -> float:
     """The same answers computed by the CLI in process, without HTTP (ms)."""
-    plan_for("llm").forget_values()
+    plan_for("llm").cache.forget("shared")
     start = time.perf_counter()
     code, _, _ = run_cli(command_for("resolve", "llm", args, ["--facts", facts]))
     run_cli(command_for("proof" if code == 3 else "dry-run", "llm", args, ["--facts", facts]))

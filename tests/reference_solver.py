@@ -26,14 +26,14 @@ from accord.resolver.solving.solve import Env, Plan, check, holds
 
 def decision_reading(plan: Plan, user: Mapping[str, Any]) -> list[Rule]:
     """The hard rules that read a solver decision in launches with these flags set, in rule order."""
-    memo: dict[str, frozenset] = {}  # `Plan.depends`'s working memo for these set flags
-    return [rule for rule in plan.hard_rules if plan.depends(rule.constrained_flags, user, memo)]
+    memo: dict[str, frozenset] = {}  # the graph's working memo for these set flags
+    return [rule for rule in plan.hard_rules if plan.graph.depends(rule.constrained_flags, user, memo)]
 
 
 def verdict(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], rule: Rule) -> Any:
     """A decision-free hard rule's verdict on the command (True, False, or the key of the unknown
     fact that keeps it from being checked); None for a rule that reads a decision."""
-    if plan.depends(rule.constrained_flags, user, {}):
+    if plan.graph.depends(rule.constrained_flags, user, {}):
         return None
     try:
         return check(rule, Env(plan, user, facts, {}))

@@ -63,7 +63,7 @@ def _ids(groups):
 def _neighbour_answers(plan, user: dict, facts, changes, drops: list[bool], subset_seed: int) -> list:
     """What a `Launch` says about itself and its changed children (each change applied alone, then all)."""
     base = Launches(plan, facts).of(user)
-    out: list = [base.decisions, base.base_decisions(),
+    out: list = [base.decisions, base.base_decisions,
                  sorted((rule.id, base.verdicts.get(id(rule))) for rule in plan.hard_rules)]
     rng = random.Random(subset_seed)
     subset = [rule for rule in plan.hard_rules if rng.random() < 0.2]
@@ -192,7 +192,7 @@ def test_switched_off_the_same_queries_keep_nothing_between_questions():
 
     def ask():
         launch = Launches(plan, facts).of(user)
-        launch.decisions, launch.base_decisions(), launch.rules_unsatisfiable(plan.hard_rules[:5])
+        launch.decisions, launch.base_decisions, launch.rules_unsatisfiable(plan.hard_rules[:5])
         launch.changed({**user, "tp_size": 4}, {"tp_size"}).warnings
         pinned = Launch(plan, user, facts, resolved=api.resolve("llm", user, facts).values).pinned(pins)
         pinned.exclusions, pinned.first_exclusion, pinned.satisfiable

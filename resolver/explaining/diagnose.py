@@ -65,18 +65,16 @@ def find_conflicts(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any]
             break  # the facts alone are contradictory: nothing the user can drop separates more
         for name in flags:
             remaining.pop(name)
-        family.seed(remaining)
-        before = family.of(remaining)
+        before = family.of(remaining, near=before)
     found.sort(key=lambda item: [plan.order[name] for name in item[0] + item[2]])
     conflicts = []
     for flags, rules, named in found:
         # Judge each conflict's fixes without the others, so independent conflicts each get theirs.
         others = {name for other, _, _ in found if other is not flags for name in other}
         isolated = {k: v for k, v in user.items() if k not in others}
-        family.seed(isolated)
         read_facts = sorted(set().union(*(r.reads_facts for r in rules)) & set(facts))
         named = [name for name in named if name in isolated]  # another conflict's flag is that one's
-        fixes = find_fixes(family.of(isolated), flags + named, rules)
+        fixes = find_fixes(family.of(isolated, near=family.of(user)), flags + named, rules)
         conflicts.append(Conflict(tuple(flags), tuple(r.id for r in rules), tuple(read_facts), tuple(fixes),
                                   tuple(named)))
     return _one_fix_for_all(family, user, _defaults_are_free(conflicts))
@@ -117,7 +115,6 @@ def _one_fix_for_all(family: Launches, user: Mapping[str, Any], conflicts: list[
     if len(conflicts) < 2:
         return conflicts
     by_id = family.plan.ruleset.by_id()
-    family.seed(user)
     launch = family.of(user)
 
     def resolves(fix: Fix) -> bool:

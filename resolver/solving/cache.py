@@ -2,27 +2,19 @@
 
 The reference algorithm (resolver/solving/core.py) computes every answer from the rules, the set
 flags, the facts and the question alone; this layer only remembers those answers, under one policy:
+a store is named after its question and keyed by everything the answer depends on, so an answer
+never goes stale and nothing is invalidated by hand; a store holds at most its limit of answers and
+is emptied when it fills (bounded memory in a long UI session or a `tune` search). The solver's
+stores belong to one compiled rule set (`Plan.cache`: `reach`, `shared`, `warnings_to_check`,
+`constants`, `structure`, `for_facts`); answers that depend on no rule set live in process stores
+(`config_json_pieces` and `config_key_orders`: resolver/frozen.py's JSON text of the config hash). Compiled data built once per rule set, files
+read once per process and the working state of one object's life (an `Env`'s values, a `Launch`'s
+answers) are not answers, and live with their owners.
 
-- a store is named after the question it answers, keyed by what the answer depends on (which flags
-  are set, which facts exist or their values, the question's arguments): an answer never goes
-  stale, so nothing is ever invalidated by hand;
-- a store holds at most its limit of answers and is emptied when it fills (bounded memory in a long
-  UI session or a `tune` search, with no bookkeeping per entry);
-- the solver's stores belong to one compiled rule set (each `Plan` holds a `SolverCache`), so a rule
-  set never sees another's answers; answers that depend on no rule set live in process stores.
-
-`ACCORD_SOLVER_CACHE=0` in the environment, or `with uncached():`, switches the layer off: every
-lookup computes its answer afresh and keeps nothing. The switch is read here alone; the same code
-runs either way (tests/test_solver_cache.py compares the two, tests/test_solver_queries.py holds a
-`Launch`'s children to full solves both ways, benchmarks/bench_cache_layer.py measures the gain).
-
-The stores: per rule set (`Plan.cache`) `reach` (the dependency graph given the set flags, with its
-walks; resolver/solving/depgraph.py), `shared`, `warnings_to_check`, `constants`, `structure` and
-`for_facts` (solve.py); per process `config_json_pieces` and `config_key_orders` (resolver/frozen.py:
-the JSON text the config hash is written from). Not answers, so kept elsewhere: compiled data built
-once per rule set (the plan, resolver/language/plancache.py; the preferences, resolver/explaining/
-ranking.py), files read once per process (`functools.lru_cache`), and the working state of one
-object's life (an `Env`'s values, a `Launch`'s answers), dropped with it.
+`ACCORD_SOLVER_CACHE=0`, or `with uncached():`, switches the layer off: every lookup computes its
+answer afresh and keeps nothing. The switch is read here alone and the same code runs either way
+(tests/test_solver_cache.py and tests/test_solver_queries.py compare the two,
+benchmarks/bench_cache_layer.py measures the gain).
 """
 
 from __future__ import annotations

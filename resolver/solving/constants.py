@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruletypes import Rule
-from accord.resolver.solving.env import PlanView, set_flags_key
+from accord.resolver.solving.env import PlanView, first_default, set_flags_key
 
 
 class _Varies(Exception):
@@ -69,14 +69,7 @@ class Constants:
         if rules is None or name in self._varies:  # a decision (or not a flag), or a cycle
             raise _Varies(name)
         self._varies.add(name)
-        result: tuple[Any, str | None] = (self.catalog[name].default, None)
-        for rule in rules:
-            try:
-                if rule.when is None or rule.when._fn(self):
-                    result = (rule.value._fn(self), rule.id)
-                    break
-            except UnknownFact:  # as in `Env.derived` (only with `known_facts`: absent facts)
-                continue
+        result = first_default(rules, self, self.catalog[name].default)  # as `Env.derived`
         self._varies.discard(name)
         self.derived[name] = result
         return result

@@ -22,10 +22,10 @@ import functools
 import graphlib
 from typing import Any, Mapping, NamedTuple
 
-from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruletypes import Rule
 from accord.resolver.solving.constants import Constants, constant
-from accord.resolver.solving.env import Assignment, Env, PlanView, Shared, check, holds
+from accord.resolver.solving.depgraph import Reach
+from accord.resolver.solving.env import Assignment, Env, PlanView, Shared, check, holds, verdict
 
 
 class Step(NamedTuple):
@@ -67,29 +67,22 @@ class Decided(NamedTuple):
     with_decisions: list[Rule]
 
 
-def build_structure(plan: PlanView, user: Mapping[str, Any], rules: list[Rule], depends: dict[str, frozenset],
-                    by_rule: dict[int, frozenset], probe: Constants) -> Structure:
-    """The `Structure` of launches with these flags set; `depends` and `by_rule` are the working
-    memos of `Plan.depends` for these set flags, `probe` what is constant for them."""
-    rule_vars = []
-    for rule in rules:
-        deps = by_rule.get(id(rule))
-        if deps is None:
-            deps = by_rule[id(rule)] = plan.depends(rule.constrained_flags, user, depends)
-        rule_vars.append((rule, deps))
+def build_structure(plan: PlanView, rules: list[Rule], reach: Reach, probe: Constants) -> Structure:
+    """The `Structure` of launches with the flags `reach` is given set; `probe`: what is constant for them."""
+    rule_vars = [(rule, reach.rule_depends(rule)) for rule in rules]
     # A rule that reads no decision is checked once per launch, unless it holds whatever the
     # launch's values and facts are (it reads only flags at their catalog default, say).
     fixed = [rule for rule, deps in rule_vars if not deps and constant(check, rule, probe) is not True]
     constrained = [(rule, deps) for rule, deps in rule_vars if deps]
     variables = sorted(set().union(*(d for _, d in constrained)), key=plan.order.__getitem__)
     # Eligibility of a decision (its prefer `when`s) may read other decisions: include those.
-    extra = {v: plan.depends(plan.prefer_reads(v), user, depends) - {v} for v in variables}
+    extra = {v: reach.eligibility(v) for v in variables}
     pending = list(variables)
     while pending:
         var = pending.pop()
         for dep in extra.get(var) or ():
             if dep not in extra:
-                extra[dep] = plan.depends(plan.prefer_reads(dep), user, depends) - {dep}
+                extra[dep] = reach.eligibility(dep)
                 variables.append(dep)
                 pending.append(dep)
     groups = []
@@ -124,20 +117,13 @@ def decide(plan: PlanView, user: Mapping[str, Any], facts: Mapping[str, Any], st
            shared: Shared) -> Decided:
     """Choose every decision that some hard rule depends on (see the module docstring)."""
     base = Env(plan, user, facts, {}, shared)
-    verdicts = shared.verdicts
     unknown: list[tuple[Rule, str]] = []
     for rule in structure.fixed:
-        verdict = verdicts.get(id(rule))
-        if verdict is None:
-            try:
-                verdict = check(rule, base)
-            except UnknownFact as missing:
-                verdict = missing.key
-            verdicts[id(rule)] = verdict
-        if verdict is False:
+        found = verdict(rule, base, shared)
+        if found is False:
             return Decided({}, False, unknown, [])
-        if verdict is not True:
-            unknown.append((rule, verdict))
+        if found is not True:
+            unknown.append((rule, found))
     decided: Assignment = {}
     for steps in structure.groups:
         found, ok = decide_group(plan, user, facts, steps, shared)
@@ -206,8 +192,7 @@ def feasible(plan: PlanView, undecided: list[str], rules: list[tuple[Rule, froze
         names = sorted(deps & pending, key=plan.order.__getitem__)
         problem.addConstraint(make(rule, names), names)
     for var in undecided:
-        reads = sorted((plan.depends(plan.prefer_reads(var), user, shared.depends) - {var}) & pending,
-                       key=plan.order.__getitem__)
+        reads = sorted(shared.reach.eligibility(var) & pending, key=plan.order.__getitem__)
         names = [var] + reads
 
         def eligible(*vals, _var=var, _names=names):

@@ -129,6 +129,10 @@ class Reach:
     def depends(self, names: Iterable[str]) -> frozenset:
         return self.graph.depends(names, self.set_flags, self.depends_of)
 
+    def eligibility(self, decision: str) -> frozenset:
+        """The other decisions a decision's eligibility (its prefer rules' conditions) depends on."""
+        return self.depends(self.graph.value_reads[decision]) - {decision}
+
     def rule_depends(self, rule: Rule) -> frozenset:
         """The decisions a hard rule's verdict depends on."""
         deps = self.by_rule.get(id(rule))

@@ -11,6 +11,7 @@ and solve.py imports this module, so nothing here (or in constants.py and core.p
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol
 
 from accord.resolver.language.expr_runtime import UnknownFact
@@ -36,9 +37,15 @@ class PlanView(Protocol):
 
     def candidates(self, flag: str, env: Env) -> list[tuple[Any, str | None]]: ...
 
-    def depends(self, names: Iterable[str], user: Mapping[str, Any], memo: dict[str, frozenset]) -> frozenset: ...
 
-    def prefer_reads(self, flag: str) -> frozenset[str]: ...
+class Reads(Protocol):
+    """What the solver asks of the dependency graph given the set flags (depgraph.py's `Reach`)."""
+
+    depends_of: dict[str, frozenset]  # flag -> the decisions its value depends on, as found so far
+
+    def depends(self, names: Iterable[str]) -> frozenset: ...
+
+    def eligibility(self, decision: str) -> frozenset: ...
 
 
 class _CycleError(Exception):
@@ -69,13 +76,13 @@ class Shared:
     so each is computed once per pair instead of once per trial assignment of the search.
     """
 
-    __slots__ = ("derived", "verdicts", "depends")
+    __slots__ = ("derived", "verdicts", "reach")
 
-    def __init__(self, depends: dict[str, frozenset], constants: Mapping[str, tuple[Any, str | None]] = {}):
+    def __init__(self, reach: Reads, constants: Mapping[str, tuple[Any, str | None]] = {}):
         # Starts with the derived values that are constant for these set flags (see `_Constants`).
         self.derived: dict[str, tuple[Any, str | None]] = dict(constants)
         self.verdicts: dict[int, Any] = {}    # id(rule) -> True, False or the missing fact's key
-        self.depends = depends                # the plan's `depends` memo for these set flags
+        self.reach = reach                    # the dependency graph given these set flags
 
 
 class Env:
@@ -148,20 +155,13 @@ class Env:
             raise _CycleError(name)
         self._busy.add(name)
         try:
-            result: tuple[Any, str | None] = (self.plan.catalog[name].default, None)
-            for rule in rules:
-                try:
-                    if rule.when is None or rule.when._fn(self):
-                        result = (rule.value._fn(self), rule.id)
-                        break
-                except UnknownFact:
-                    continue
+            result = first_default(rules, self, self.plan.catalog[name].default)
         finally:
             self._busy.discard(name)
         if shared is not None:
-            deps = shared.depends.get(name)
+            deps = shared.reach.depends_of.get(name)
             if deps is None:
-                deps = self.plan.depends((name,), self.user, shared.depends)
+                deps = shared.reach.depends((name,))
             if not deps:
                 shared.derived[name] = result
                 return result
@@ -169,18 +169,27 @@ class Env:
         return result
 
 
+@dataclasses.dataclass(slots=True)
 class Outcome:
     """What a solve produced: every value with its origin, or the hard rules that failed."""
 
-    __slots__ = ("values", "origin", "violated", "unknown", "satisfiable")
+    values: dict[str, Any]
+    origin: dict[str, str | None]     # flag -> rule id that set it (None: user or catalog)
+    violated: list[Rule]
+    unknown: list[tuple[Rule, str]]   # rules that could not be checked, and the missing fact
+    satisfiable: bool
 
-    def __init__(self, values: dict[str, Any], origin: dict[str, str | None], violated: list[Rule],
-                 unknown: list[tuple[Rule, str]], satisfiable: bool):
-        self.values = values
-        self.origin = origin          # flag -> rule id that set it (None: user or catalog)
-        self.violated = violated
-        self.unknown = unknown        # rules that could not be checked, and the missing fact
-        self.satisfiable = satisfiable
+
+def first_default(rules: list[Rule], env: Any, default: Any) -> tuple[Any, str | None]:
+    """A derived flag's value and the id of the default rule giving it: the first whose condition
+    holds (one needing an unknown fact does not apply), else the catalog default `default`."""
+    for rule in rules:
+        try:
+            if rule.when is None or rule.when._fn(env):
+                return rule.value._fn(env), rule.id
+        except UnknownFact:
+            continue
+    return default, None
 
 
 def check(rule: Rule, env: Env) -> bool:
@@ -197,3 +206,16 @@ def holds(rule: Rule, env: Env) -> bool:
         return check(rule, env)
     except UnknownFact:
         return True
+
+
+def verdict(rule: Rule, env: Env, shared: Shared) -> Any:
+    """A decision-free hard rule's verdict in `env` (True, False or the missing fact's key), kept
+    in `shared`: the same for every assignment of the launch."""
+    found = shared.verdicts.get(id(rule))
+    if found is None:
+        try:
+            found = check(rule, env)
+        except UnknownFact as missing:
+            found = missing.key
+        shared.verdicts[id(rule)] = found
+    return found

@@ -3,31 +3,27 @@
 `Launch(plan, user, facts)` is one command. Its answers are computed on first use and kept for the
 object's life, each from smaller ones: the verdict of each hard rule that reads no decision, the
 decisions of each independent group (`Plan.structure`, decided by resolver/solving/core.py), the
-reading of each warn rule under those decisions. `decisions`, `satisfiable` and `warnings` are read
-off them, as are `minimal_rules` (QuickXplain over `rules_unsatisfiable`) and, for a pinned
-command, `exclusions`.
+reading of each warn rule under those decisions. `decisions`, `satisfiable`, `warnings`,
+`minimal_rules` (QuickXplain over `rules_unsatisfiable`) and a pinned command's `exclusions` are
+read off them.
 
-Explanations, fixes, the dry-run, the CI matrix and `tune` ask about many commands that differ from
-one command in a few flags. `launch.changed(values)` and `launch.pinned(pins)` return such a
-command as a child `Launch` of the same kind, with one difference: before computing a small answer
-it asks its parent. The parent's answer is taken when nothing it depends on can differ, that is when
-it reads no flag the change reaches through the plan's dependency graph (resolver/solving/depgraph.py):
-a verdict, a derived value, a group's decisions (same decisions, same rules), a warning's reading.
-The walk stops at what the parent never computed: the child computes that itself. A broken rule the
+Explanations, fixes, the dry-run, the CI matrix and `tune` ask about commands that differ from one
+command in a few flags: `launch.changed(values)` and `launch.pinned(pins)` return such a command as a
+child `Launch`, which asks its parent before computing a small answer. The parent's answer is taken
+when it reads no flag the change reaches through the plan's dependency graph
+(resolver/solving/depgraph.py); the walk stops at what the parent never computed. A broken rule the
 change leaves alone proves the child unsatisfiable with no solve at all.
 
 A pinned child (a dry-run value, a matrix row, a `tune` candidate) first tries its parent's resolved
-configuration with the pins swapped in. When none of the rules the pins reach fails on it and each
-decision they reach may still take its value, it is a legal configuration of the pinned command and
-nothing is solved; a failing rule that reads no decision excludes the command by itself; one that
-reads decisions is solved alone; only then is the child decided like any other. Its `environment` is
-that configuration (`tune` predicts from it).
+configuration with the pins swapped in: when no rule the pins reach fails on it and each decision
+they reach may still take its value, it is legal and nothing is solved; a failing rule that reads no
+decision excludes the command by itself; one that reads decisions is solved alone; only then is the
+child decided. Its `environment` is that configuration (`tune` predicts from it).
 
-What a rule reads is taken widely (every expression of a rule, `is_set` questions too), so sharing is
-never wrong, only sometimes more cautious than needed. Every answer is what a plain question to the
-core about that command gives: tests/test_solver_queries.py holds them, with the cache layer on and
-off, to full solves (tests/reference_solver.py, the oracle). `Launches` keeps the launches of one
-question (an explanation: one plan, one set of facts) so each command is solved once.
+What a rule reads is taken widely (`is_set` questions too), so sharing is never wrong, only sometimes
+cautious. tests/test_solver_queries.py holds every answer, with the cache layer on and off, to full
+solves (tests/reference_solver.py, the oracle). `Launches` keeps one question's launches (one plan,
+one set of facts) so each command is solved once.
 """
 
 from __future__ import annotations
@@ -39,7 +35,7 @@ from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruletypes import Rule
 from accord.resolver.solving import core
 from accord.resolver.solving.depgraph import Reach
-from accord.resolver.solving.env import Assignment, Env, RelaxedValues, Shared, check, holds
+from accord.resolver.solving.env import Assignment, Env, RelaxedValues, Shared, check, holds, verdict
 from accord.resolver.solving.quickxplain import quickxplain
 from accord.resolver.solving.solve import Plan
 
@@ -96,7 +92,7 @@ class Launch:
         twin = self.family.solved(self.user) if self.family is not None else None
         if twin is not None and twin is not self:  # solved in full already (a drop two conflicts share)
             return twin.decisions
-        return None if self._a_broken_rule is not None else self.base_decisions()
+        return None if self._a_broken_rule is not None else self.base_decisions
 
     @property
     def satisfiable(self) -> bool:
@@ -134,15 +130,12 @@ class Launch:
         """The verdict of every hard rule that reads no decision (True, False or the missing fact's
         key), by rule id."""
         graph, env, shared = self._graph, self._env, self.shared
-        return {id(r): _verdict(r, env, shared) for r in self.plan.hard_rules if not graph.rule_depends(r)}
+        return {id(r): verdict(r, env, shared) for r in self.plan.hard_rules if not graph.rule_depends(r)}
 
+    @functools.cached_property
     def base_decisions(self) -> Assignment | None:
         """The decisions under its decision-reading rules alone (None when those rules have no
         solution together): every group's, each decided once (or taken from the parent)."""
-        return self._base
-
-    @functools.cached_property
-    def _base(self) -> Assignment | None:
         decided: Assignment = {}
         structure = self.structure
         # Every group, even after one fails: a child takes the ones its change does not reach.
@@ -162,9 +155,9 @@ class Launch:
             rid = id(rule)
             if rid in reading:
                 reads_decisions = True
-            elif rid in fixed and _verdict(rule, env, shared) is False:
+            elif rid in fixed and verdict(rule, env, shared) is False:
                 return True
-        if not reads_decisions or self.base_decisions() is not None:
+        if not reads_decisions or self.base_decisions is not None:
             return False
         return not self.plan.satisfiable(self.user, self.facts, rules)
 
@@ -328,9 +321,15 @@ class Launch:
     def shared(self) -> Shared:
         """The solver's memo of its decision-free values (`Plan.shared`); a child's is seeded from its
         parent's where the change cannot reach."""
-        shared = self.plan.shared(self.user, self.facts)
-        if self._parent is not None:
-            self._parent._seed_into(shared, self._change)
+        shared, parent = self.plan.shared(self.user, self.facts), self._parent
+        if parent is not None:
+            flags, touched = parent._reach(self._change)
+            for name, value in parent.shared.derived.items():
+                if name not in flags:
+                    shared.derived.setdefault(name, value)
+            for rid, kept in parent.shared.verdicts.items():
+                if rid not in touched:
+                    shared.verdicts.setdefault(rid, kept)
         return shared
 
     @functools.cached_property
@@ -343,7 +342,7 @@ class Launch:
 
     @functools.cached_property
     def _all_broken(self) -> list[Rule]:
-        return [rule for rule in self.structure.fixed if _verdict(rule, self._env, self.shared) is False]
+        return [rule for rule in self.structure.fixed if verdict(rule, self._env, self.shared) is False]
 
     @functools.cached_property
     def _a_broken_rule(self) -> Rule | None:
@@ -360,7 +359,7 @@ class Launch:
                               if id(rule) in fixed and _reading(rule, quick) is False), None)
         if found is None:
             env, shared = self._env, self.shared
-            found = next((rule for rule in self.structure.fixed if _verdict(rule, env, shared) is False), None)
+            found = next((rule for rule in self.structure.fixed if verdict(rule, env, shared) is False), None)
         if found is not None and parent is not None:
             parent._rejecters = [found, *(rule for rule in parent._rejecters if rule is not found)]
         return found
@@ -378,7 +377,7 @@ class Launch:
         parent = self._parent
         if parent is None:
             return None
-        parent.base_decisions()  # the parent decides each of its groups once, for all its children
+        parent.base_decisions  # the parent decides each of its groups once, for all its children
         if key not in parent._groups:
             return None
         flags, touched = parent._reach(self._change)
@@ -390,9 +389,9 @@ class Launch:
     def _readings(self) -> dict[int, Any]:
         """Every warn rule's condition that may apply, under its base decisions: the parent's for
         the rules reading nothing that the change or a decision taken differently reaches."""
-        decided, parent, inherited = self.base_decisions(), self._parent, {}
-        if parent is not None and parent.base_decisions() is not None:
-            before = parent.base_decisions()
+        decided, parent, inherited = self.base_decisions, self._parent, {}
+        if parent is not None and parent.base_decisions is not None:
+            before = parent.base_decisions
             differ = {d for d, v in decided.items() if d not in before or not core.same(before[d], v)}
             touched = parent._reach(self._change | differ)[1]
             inherited = {rid: reading for rid, reading in parent._readings.items() if rid not in touched}
@@ -405,50 +404,30 @@ class Launch:
         flags = self._graph.affected(changed)
         return flags, self._graph.touched(flags)
 
-    def seed(self, values: Mapping[str, Any]) -> None:
-        """Copy into the solver's memo for `values` (`Plan.shared`) this command's decision-free
-        verdicts and derived values that the flags in which they differ cannot reach, so no solve of
-        `values` computes them again (with the cache layer off that memo is not kept)."""
-        changed = _differing(self.user, values) | (_relaxed(self.user) ^ _relaxed(values))
-        self._seed_into(self.plan.shared(values, self.facts), changed)
-
-    def _seed_into(self, shared: Shared, changed: Iterable[str]) -> None:
-        flags, touched = self._reach(changed)
-        mine = self.shared
-        for name, value in mine.derived.items():
-            if name not in flags:
-                shared.derived.setdefault(name, value)
-        for rid, verdict in mine.verdicts.items():
-            if rid not in touched:
-                shared.verdicts.setdefault(rid, verdict)
-
 
 class Launches:
     """The launches one question asks about, under one plan and one set of facts: each command's
     `Launch` made once (an explanation asks about the user's command, the command without each
-    conflict's flags, and the fixes of each), and a new command seeded from those already solved."""
+    conflict's flags, and the fixes of each)."""
 
     def __init__(self, plan: Plan, facts: Mapping[str, Any]):
         self.plan, self.facts = plan, facts
         self._by_command: dict[tuple, Launch] = {}
 
-    def of(self, user: Mapping[str, Any]) -> Launch:
+    def of(self, user: Mapping[str, Any], near: Launch | None = None) -> Launch:
+        """The launch of `user`; made, when new, as a child of `near` (a launch of this family
+        differing in a few flags), which it then answers from."""
         key = _key(user)
         found = self._by_command.get(key)
         if found is None:
-            found = self._by_command[key] = Launch(self.plan, user, self.facts, self)
+            found = Launch(self.plan, user, self.facts, self) if near is None else near.changed(user)
+            self._by_command[key] = found
         return found
 
     def solved(self, values: Mapping[str, Any]) -> Launch | None:
         """The launch of `values` if this family has one whose decisions are known."""
         found = self._by_command.get(_key(values))
         return found if found is not None and "decisions" in found.__dict__ else None
-
-    def seed(self, values: Mapping[str, Any]) -> None:
-        """Seed `values` from every command solved so far (each copies what the flags in which it
-        differs cannot reach; together they leave little to compute)."""
-        for launch in list(self._by_command.values()):
-            launch.seed(values)
 
 
 def _differing(a: Mapping[str, Any], b: Mapping[str, Any]) -> frozenset[str]:
@@ -478,15 +457,3 @@ def _reading(rule: Rule, env: Env) -> Any:
     except UnknownFact:
         return None
 
-
-def _verdict(rule: Rule, env: Env, shared: Shared) -> Any:
-    """A decision-free rule's verdict (True, False or the missing fact's key), kept in `shared`
-    where the solver looks for it."""
-    verdict = shared.verdicts.get(id(rule))
-    if verdict is None:
-        try:
-            verdict = check(rule, env)
-        except UnknownFact as missing:
-            verdict = missing.key
-        shared.verdicts[id(rule)] = verdict
-    return verdict

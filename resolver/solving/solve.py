@@ -22,7 +22,7 @@ answer kept between questions goes through resolver/solving/cache.py (switchable
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from accord.resolver.language.catalog import Catalog
 from accord.resolver.language.expr_runtime import UnknownFact
@@ -77,39 +77,23 @@ class Plan:
         self.cache = SolverCache()
         # Who reads whom (resolver/solving/depgraph.py), built once with the plan.
         self.graph = DependencyGraph(self)
-        self._last_facts: tuple | None = None  # see `_facts_key`
 
     # -- decisions ---------------------------------------------------------------------------
 
     def domain(self, flag: str) -> list[Any]:
         """Every value a decision could take, most preferred first (static: before any solving)."""
-        seen: list[Any] = []
-        for rule in self.prefer_rules[flag]:
-            for cand in rule.values:
-                if cand.value not in seen:
-                    seen.append(cand.value)
-        default = self.catalog[flag].default
-        if default not in seen:
-            seen.append(default)
-        return seen
+        values = [cand.value for rule in self.prefer_rules[flag] for cand in rule.values]
+        values.append(self.catalog[flag].default)
+        return [value for i, value in enumerate(values) if value not in values[:i]]
 
     def candidates(self, flag: str, env: Env) -> list[tuple[Any, str | None]]:
-        """Candidates of a decision in `env`: the first matching prefer rule's eligible values."""
+        """Candidates of a decision in `env`: the first open prefer rule's open values (a condition
+        needing an unknown fact does not hold), else the catalog default."""
         for rule in self.prefer_rules[flag]:
-            try:
-                if rule.when is not None and not rule.when._fn(env):
-                    continue
-            except UnknownFact:
-                continue
-            out = []
-            for cand in rule.values:
-                try:
-                    if cand.when is None or cand.when._fn(env):
-                        out.append((cand.value, rule.id))
-                except UnknownFact:
-                    continue
-            if out:
-                return out
+            if _open(rule, env):
+                found = [(cand.value, rule.id) for cand in rule.values if _open(cand, env)]
+                if found:
+                    return found
         return [(self.catalog[flag].default, None)]
 
     def eligible(self, flag: str, value: Any, env: Env) -> bool:
@@ -122,15 +106,6 @@ class Plan:
             if any(_open(cand, env) for cand in rule.values if cand.value != value):
                 return False
         return self.catalog[flag].default == value
-
-    def depends(self, names: Iterable[str], user: Mapping[str, Any], memo: dict[str, frozenset]) -> frozenset:
-        """The decision variables that the given flags' values depend on (`memo`: the working memo
-        for these set flags); see `DependencyGraph.depends`."""
-        return self.graph.depends(names, user, memo)
-
-    def prefer_reads(self, flag: str) -> frozenset[str]:
-        """The flags a decision's prefer rules read (its eligibility)."""
-        return self.graph.value_reads[flag]
 
     # -- solving -----------------------------------------------------------------------------
 
@@ -189,24 +164,9 @@ class Plan:
     def shared(self, user: Mapping[str, Any], facts: Mapping[str, Any]) -> Shared:
         """The decision-free values of these user values and facts (kept for the last few pairs:
         an explanation solves the same launch under many rule subsets, the UI asks it again)."""
-        make = lambda: Shared(self.graph.given(user).depends_of, self._constants(user).derived)  # noqa: E731
-        key = (repr(sorted(user.items())), set_flags_key(user), self._facts_key(facts))
+        make = lambda: Shared(self.graph.given(user), self._constants(user).derived)  # noqa: E731
+        key = (repr(sorted(user.items())), set_flags_key(user), repr(sorted(facts.items())))
         return self.cache.lookup("shared", key, make, 32)
-
-    def _facts_key(self, facts: Mapping[str, Any]) -> str:
-        """`repr(sorted(facts.items()))`, the facts' part of a `shared` key, kept for the last facts
-        mapping asked about: an explanation asks `shared` about dozens of commands with the same
-        facts, and writing them out costs more than the rest of the key. The same mapping changed
-        in place since is noticed (its items, list values included, are compared with a copy, and
-        so are their types: 1 and 1.0 are equal but write differently), so the key is never stale."""
-        shape = _shape(facts)
-        last = self._last_facts
-        if shape is not None and last is not None and last[0] is facts and last[2] == shape and last[1] == facts:
-            return last[3]
-        key = repr(sorted(facts.items()))
-        if shape is not None:
-            self._last_facts = (facts, {k: list(v) if type(v) is list else v for k, v in facts.items()}, shape, key)
-        return key
 
     def warnings_to_check(self, user: Mapping[str, Any]) -> list[Rule]:
         """The warn rules that may apply to a launch with these flags set, in rule order (the others
@@ -220,10 +180,6 @@ class Plan:
         """What is constant in every launch with these flags set (see `Constants`)."""
         return self.cache.lookup("constants", set_flags_key(user), lambda: Constants(self, user), 512)
 
-    def forget_values(self) -> None:
-        """Drop the per-launch values kept by `shared` (benchmarks: measure the work, not the memory)."""
-        self.cache.forget("shared")
-
     def structure(self, user: Mapping[str, Any], facts: Mapping[str, Any],
                   rules: list[Rule] | None = None) -> Structure:
         """How `solve` decides this launch (see `core.Structure`; a `Launch` decides it group by
@@ -236,8 +192,7 @@ class Plan:
         known = frozenset(facts)
 
         def build() -> Structure:
-            reach = self.graph.given(user)
-            return core.build_structure(self, user, rules, reach.depends_of, reach.by_rule, self._constants(user))
+            return core.build_structure(self, rules, self.graph.given(user), self._constants(user))
 
         def for_facts() -> Structure:
             full = self.cache.lookup("structure", key, build, 512)
@@ -258,23 +213,3 @@ def _open(item, env: Env) -> bool:
     except UnknownFact:
         return False
 
-
-_SCALARS = frozenset({str, int, float, bool, type(None)})
-
-
-def _shape(facts: Mapping[str, Any]) -> list | None:
-    """The types of the facts' values and of the items of list values; None when a value is
-    neither a scalar nor a list of scalars (such facts are never remembered by `_facts_key`)."""
-    out: list = []
-    for value in facts.values():
-        kind = type(value)
-        if kind is list:
-            items = tuple(map(type, value))
-            if not _SCALARS.issuperset(items):
-                return None
-            out.append((list, items))
-        elif kind in _SCALARS:
-            out.append(kind)
-        else:
-            return None
-    return out
