@@ -70,6 +70,9 @@ def commands(model_root: Path) -> list[tuple[str, list[str]]]:
 
 
 def _run(main, argv: list[str]) -> list:
+    """[exit code, stdout, stderr] of one command, with the checkout's own folder (the worker's working
+    directory) and the one the commands' model folders live in (HEAD's) written `<CHECKOUT>`: two
+    checkouts that print the same thing about their own files agree."""
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         try:
@@ -78,7 +81,9 @@ def _run(main, argv: list[str]) -> list:
             rc = stop.code
         except Exception as crash:  # noqa: BLE001 (a crash is an output too: both sides must agree)
             rc = f"crashed: {type(crash).__name__}: {crash}"
-    return [rc, stdout.getvalue(), stderr.getvalue()]
+    def portable(text: str) -> str:
+        return text.replace(os.getcwd(), "<CHECKOUT>").replace(str(HEAD), "<CHECKOUT>")
+    return [rc, portable(stdout.getvalue()), portable(stderr.getvalue())]
 
 
 def worker(commands_path: str, out_path: str) -> None:

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 from accord.resolver.solving.quickxplain import quickxplain
 from accord.resolver.language.expr_runtime import UnknownFact
 from accord.resolver.language.ruletypes import Rule
+from accord.resolver.solving.depgraph import Reach
 from accord.resolver.solving.solve import Env, Plan, check, holds
 
 # -- a command and its changed children --------------------------------------------------------
@@ -26,14 +27,14 @@ from accord.resolver.solving.solve import Env, Plan, check, holds
 
 def decision_reading(plan: Plan, user: Mapping[str, Any]) -> list[Rule]:
     """The hard rules that read a solver decision in launches with these flags set, in rule order."""
-    memo: dict[str, frozenset] = {}  # the graph's working memo for these set flags
-    return [rule for rule in plan.hard_rules if plan.graph.depends(rule.constrained_flags, user, memo)]
+    reach = Reach(plan.graph, frozenset(user))  # a fresh walk of the graph, none of the solver's
+    return [rule for rule in plan.hard_rules if reach.depends(rule.constrained_flags)]
 
 
 def verdict(plan: Plan, user: Mapping[str, Any], facts: Mapping[str, Any], rule: Rule) -> Any:
     """A decision-free hard rule's verdict on the command (True, False, or the key of the unknown
     fact that keeps it from being checked); None for a rule that reads a decision."""
-    if plan.graph.depends(rule.constrained_flags, user, {}):
+    if Reach(plan.graph, frozenset(user)).depends(rule.constrained_flags):
         return None
     try:
         return check(rule, Env(plan, user, facts, {}))

@@ -2,12 +2,12 @@
 
 Read `Plan.solve` (resolver/solving/solve.py) first; it calls, in order:
 
-1. `build_structure`: given only which flags the user set, which decisions each hard rule depends
-   on, the rules that read no decision (checked once), and per independent group of decisions the
-   `Step`s: each decision, the decisions after it, the rules still open after it and the rules it
-   closes (the rules whose last decision it is). No value enters it.
-2. `without_rules`: the structure less the rules known to hold whatever the values.
-3. `decide`: the rules reading no decision are checked once; then each decision, group by group and
+1. `build_structure`: given only which flags the user set (and which facts exist), the rules that
+   can fail, which decisions each depends on, the rules that read no decision (checked once), and
+   per independent group of decisions the `Step`s: each decision, the decisions after it, the rules
+   still open after it and the rules it closes (the rules whose last decision it is). No value
+   enters it.
+2. `decide`: the rules reading no decision are checked once; then each decision, group by group and
    in order, takes its most preferred candidate that keeps the rules it closes holding and leaves
    the later decisions a way to satisfy the rules still open (`feasible`).
 
@@ -68,11 +68,13 @@ class Decided(NamedTuple):
 
 
 def build_structure(plan: PlanView, rules: list[Rule], reach: Reach, probe: Constants) -> Structure:
-    """The `Structure` of launches with the flags `reach` is given set; `probe`: what is constant for them."""
-    rule_vars = [(rule, reach.rule_depends(rule)) for rule in rules]
-    # A rule that reads no decision is checked once per launch, unless it holds whatever the
-    # launch's values and facts are (it reads only flags at their catalog default, say).
-    fixed = [rule for rule, deps in rule_vars if not deps and constant(check, rule, probe) is not True]
+    """The `Structure` of launches with the flags `reach` is given set; `probe`: what is constant
+    for them. A rule that holds whatever their values is left out: say, one reading only flags at
+    their catalog default, or one about Accord's own engine (`known(engine)`) when `probe` knows the
+    facts have no `engine`. It never fails nor reads an unknown fact, so no decision or outcome
+    depends on checking it."""
+    rule_vars = [(rule, reach.rule_depends(rule)) for rule in rules if constant(check, rule, probe) is not True]
+    fixed = [rule for rule, deps in rule_vars if not deps]
     constrained = [(rule, deps) for rule, deps in rule_vars if deps]
     variables = sorted(set().union(*(d for _, d in constrained)), key=plan.order.__getitem__)
     # Eligibility of a decision (its prefer `when`s) may read other decisions: include those.
@@ -101,16 +103,6 @@ def build_structure(plan: PlanView, rules: list[Rule], reach: Reach, probe: Cons
         groups.append([Step(var, order[i + 1:], [(rule, deps) for rule, deps, last in open_until if last > i],
                             closes_at.get(i, ())) for i, var in enumerate(order)])
     return Structure(fixed, [rule for rule, _ in constrained], groups)
-
-
-def without_rules(structure: Structure, dropped: set[int]) -> Structure:
-    """`structure` less the rules whose ids are in `dropped` (they hold whatever the values)."""
-    return Structure([rule for rule in structure.fixed if id(rule) not in dropped],
-                     [rule for rule in structure.with_decisions if id(rule) not in dropped],
-                     [[Step(step.decision, step.later,
-                            [(rule, deps) for rule, deps in step.open_rules if id(rule) not in dropped],
-                            [rule for rule in step.closes if id(rule) not in dropped])
-                       for step in steps] for steps in structure.groups])
 
 
 def decide(plan: PlanView, user: Mapping[str, Any], facts: Mapping[str, Any], structure: Structure,

@@ -21,7 +21,8 @@ What a walk finds for these set flags is kept on the `Reach` (bounded), so it is
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+import functools
+from typing import Any, Iterable, Mapping, NamedTuple
 
 from accord.resolver.language.ruletypes import Rule
 from accord.resolver.solving.env import PlanView
@@ -43,9 +44,18 @@ def _constrains(rule: Rule) -> frozenset[str]:
     return frozenset().union(*(e.flags | e.set_checks for e in (rule.when, rule.require) if e is not None))
 
 
+class Wide(NamedTuple):
+    """The plan's reads taken widely (`is_set` questions too)."""
+
+    reads: dict[str, frozenset[str]]       # flag -> every flag its default and prefer rules read
+    readers: dict[str, set[str]]           # flag -> the computed flags reading it
+    rules_reading: dict[str, list[Rule]]   # flag -> the hard and warn rules reading it
+    constrains: dict[int, frozenset[str]]  # id(hard rule) -> the flags its condition and requirement read
+
+
 class DependencyGraph:
     """The plan's flags and rules, each with what it reads and who reads it (see the module
-    docstring). What `depends` needs is built with the plan; the wide reads on first use."""
+    docstring). What `Reach.depends` reads is built with the plan; the wide reads on first use."""
 
     def __init__(self, plan: Plan):
         self.plan = plan
@@ -57,61 +67,27 @@ class DependencyGraph:
             self.value_reads[flag] = frozenset().union(*(r.reads_flags for r in rules))
         for flag, rules in plan.prefer_rules.items():
             self.value_reads[flag] = frozenset().union(*(r.reads_flags for r in rules))
-        self._wide: tuple | None = None
 
-    def wide(self) -> tuple[dict[str, frozenset[str]], dict[str, set[str]], dict[str, list[Rule]],
-                            dict[int, frozenset[str]]]:
-        """(flag -> every flag its default and prefer rules read, flag -> the computed flags reading
-        it, flag -> the hard and warn rules reading it, id(hard rule) -> the flags it constrains)."""
-        if self._wide is None:
-            plan = self.plan
-            reads: dict[str, frozenset[str]] = {}
-            readers: dict[str, set[str]] = {}
-            for name, rules in (*plan.default_rules.items(), *plan.prefer_rules.items()):
-                for rule in rules:
-                    found = _reads(rule)
-                    reads[name] = reads.get(name, frozenset()) | found
-                    for read in found:
-                        readers.setdefault(read, set()).add(name)
-            rules_reading: dict[str, list[Rule]] = {}
-            for rule in (*plan.hard_rules, *plan.warn_rules):
-                for read in _reads(rule):
-                    rules_reading.setdefault(read, []).append(rule)
-            constrains = {id(rule): _constrains(rule) for rule in plan.hard_rules}
-            self._wide = (reads, readers, rules_reading, constrains)
-        return self._wide
-
-    def depends(self, names: Iterable[str], user: Mapping[str, Any], memo: dict[str, frozenset]) -> frozenset:
-        """The decisions the given flags' values depend on, with `user`'s flags set (`memo`: the
-        working memo of a `Reach` for these set flags)."""
-        out: set[str] = set()
-        for name in names:
-            if name in user:
-                continue
-            found = memo.get(name)
-            if found is None:
-                reads = self.value_reads.get(name)
-                if reads is None:  # not a flag of the catalog
-                    continue
-                memo[name] = frozenset()  # breaks cycles; lint rejects them anyway
-                deps = self.depends(reads, user, memo)
-                found = memo[name] = deps | {name} if name in self.decisions else deps
-            out |= found
-        return frozenset(out)
+    @functools.cached_property
+    def wide(self) -> Wide:
+        """What the walks of `Reach` follow (see `Wide`), built on first use."""
+        plan = self.plan
+        wide = Wide({}, {}, {}, {id(rule): _constrains(rule) for rule in plan.hard_rules})
+        for name, rules in (*plan.default_rules.items(), *plan.prefer_rules.items()):
+            for rule in rules:
+                found = _reads(rule)
+                wide.reads[name] = wide.reads.get(name, frozenset()) | found
+                for read in found:
+                    wide.readers.setdefault(read, set()).add(name)
+        for rule in (*plan.hard_rules, *plan.warn_rules):
+            for read in _reads(rule):
+                wide.rules_reading.setdefault(read, []).append(rule)
+        return wide
 
     def given(self, user: Mapping[str, Any]) -> Reach:
         """The graph given which flags `user` sets, kept by the solver's cache layer."""
         set_flags = frozenset(user)
         return self.plan.cache.lookup("reach", set_flags, lambda: Reach(self, set_flags), 512)
-
-
-def _kept(table: dict, key: Any, make) -> Any:
-    found = table.get(key)
-    if found is None:
-        if len(table) >= WALKS_KEPT:
-            table.clear()
-        found = table[key] = make()
-    return found
 
 
 class Reach:
@@ -120,14 +96,24 @@ class Reach:
     def __init__(self, graph: DependencyGraph, set_flags: frozenset[str]):
         self.graph = graph
         self.set_flags = set_flags
-        self.depends_of: dict[str, frozenset] = {}     # flag -> the decisions its value depends on
-        self.by_rule: dict[int, frozenset] = {}          # id(hard rule) -> the decisions it reads
-        self._affected: dict[tuple, frozenset[str]] = {}
-        self._touched: dict[frozenset, dict[int, Rule]] = {}
-        self._constrained: dict[frozenset, list[Rule]] = {}
+        self.depends_of: dict[str, frozenset] = {}  # flag -> the decisions its value depends on
+        self.by_rule: dict[int, frozenset] = {}     # id(hard rule) -> the decisions it reads
+        self._walks: dict[tuple, Any] = {}          # (walk, its argument) -> what it found
 
     def depends(self, names: Iterable[str]) -> frozenset:
-        return self.graph.depends(names, self.set_flags, self.depends_of)
+        """The decisions the given flags' values depend on."""
+        out: set[str] = set()
+        for name in names:
+            found = self.depends_of.get(name)
+            if found is None:
+                reads = self.graph.value_reads.get(name)
+                if reads is None or name in self.set_flags:  # not a catalog flag, or the user's value
+                    continue
+                self.depends_of[name] = frozenset()  # breaks cycles; lint rejects them anyway
+                found = self.depends(reads)
+                found = self.depends_of[name] = found | {name} if name in self.graph.decisions else found
+            out |= found
+        return frozenset(out)
 
     def eligibility(self, decision: str) -> frozenset:
         """The other decisions a decision's eligibility (its prefer rules' conditions) depends on."""
@@ -137,18 +123,26 @@ class Reach:
         """The decisions a hard rule's verdict depends on."""
         deps = self.by_rule.get(id(rule))
         if deps is None:
-            deps = self.by_rule[id(rule)] = self.graph.depends(rule.constrained_flags, self.set_flags,
-                                                               self.depends_of)
+            deps = self.by_rule[id(rule)] = self.depends(rule.constrained_flags)
         return deps
+
+    def _walk(self, key: tuple, make) -> Any:
+        """What a walk found for `key`, walked once (bounded: the table starts again when full)."""
+        found = self._walks.get(key)
+        if found is None:
+            if len(self._walks) >= WALKS_KEPT:
+                self._walks.clear()
+            found = self._walks[key] = make()
+        return found
 
     def affected(self, changed: Iterable[str], through_decisions: bool = True) -> frozenset[str]:
         """The changed flags and every unset flag whose value may follow from them. Without
         `through_decisions`, a decision reached is not walked past: what reads it is not reached
-        through it (while the decisions stay fixed, as in a pinned launch's `_check_example`)."""
+        through it (while the decisions stay fixed, as in a pinned launch's `_on_example`)."""
         key = frozenset(changed)
 
         def make() -> frozenset[str]:
-            readers, reached = self.graph.wide()[1], set(key)
+            readers, reached = self.graph.wide.readers, set(key)
             pending = list(reached)
             while pending:
                 for reader in readers.get(pending.pop(), ()):
@@ -157,26 +151,25 @@ class Reach:
                         if through_decisions or reader not in self.graph.decisions:
                             pending.append(reader)
             return frozenset(reached)
-        return _kept(self._affected, (key, through_decisions), make)
+        return self._walk(("affected", key, through_decisions), make)
 
     def touched(self, flags: Iterable[str]) -> dict[int, Rule]:
         """The hard and warn rules reading any of `flags`, by id (shared: callers only read it)."""
-        key = frozenset(flags)
-        rules_reading = self.graph.wide()[2]
-        return _kept(self._touched, key,
-                     lambda: {id(rule): rule for name in key for rule in rules_reading.get(name, ())})
+        key, rules_reading = frozenset(flags), self.graph.wide.rules_reading
+        return self._walk(("touched", key),
+                          lambda: {id(rule): rule for name in key for rule in rules_reading.get(name, ())})
 
     def constrained(self, flags: Iterable[str]) -> list[Rule]:
         """The hard rules whose condition or requirement reads any of `flags`, in rule order: the
         only ones whose verdict these flags can change (`touched` less warnings and messages)."""
-        key, constrains = frozenset(flags), self.graph.wide()[3]
-        return _kept(self._constrained, key,
-                     lambda: [rule for rule in self.graph.plan.hard_rules if not constrains[id(rule)].isdisjoint(key)])
+        key, constrains = frozenset(flags), self.graph.wide.constrains
+        return self._walk(("constrained", key),
+                          lambda: [rule for rule in self.graph.plan.hard_rules if not constrains[id(rule)].isdisjoint(key)])
 
     def upstream(self, names: Iterable[str]) -> frozenset[str]:
         """`names` and every flag whose value can change one of theirs: while a flag is unset, what
         its default and prefer rules read, and so on (the reverse walk of `affected`)."""
-        reads, reached = self.graph.wide()[0], set(names)
+        reads, reached = self.graph.wide.reads, set(names)
         pending = [name for name in reached if name not in self.set_flags]
         while pending:
             for read in reads.get(pending.pop(), ()):

@@ -170,7 +170,7 @@ class Launch:
 
     def repair_flags(self, rules: Iterable[Rule]) -> frozenset[str]:
         """Flags whose pinning could change what these rules say: only they can undo an exclusion."""
-        constrains = self.plan.graph.wide()[3]
+        constrains = self.plan.graph.wide.constrains
         return self._graph.upstream(frozenset().union(*(constrains[id(r)] for r in rules)))
 
     # -- answers of a pinned child -------------------------------------------------------------

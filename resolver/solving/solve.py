@@ -183,23 +183,15 @@ class Plan:
     def structure(self, user: Mapping[str, Any], facts: Mapping[str, Any],
                   rules: list[Rule] | None = None) -> Structure:
         """How `solve` decides this launch (see `core.Structure`; a `Launch` decides it group by
-        group). Built from which flags are set and which rules count, then less the rules that hold
-        whatever the values, knowing which facts exist: say, the rules about Accord's own engine,
-        guarded by `known(engine)`, when the facts have no `engine`. Such a rule never fails and
-        never reads an unknown fact, so no check of it can change a decision or the outcome."""
+        group): built from which flags are set, which rules count and which facts exist."""
         rules = self.hard_rules if rules is None else rules
-        key = (set_flags_key(user), None if rules is self.hard_rules else tuple(map(id, rules)))
         known = frozenset(facts)
+        key = (set_flags_key(user), None if rules is self.hard_rules else tuple(map(id, rules)), known)
 
         def build() -> Structure:
-            return core.build_structure(self, rules, self.graph.given(user), self._constants(user))
-
-        def for_facts() -> Structure:
-            full = self.cache.lookup("structure", key, build, 512)
             probe = Constants(self, user, known, seed=self._constants(user))
-            return core.without_rules(full, {id(rule) for rule in (*full.fixed, *full.with_decisions)
-                                             if constant(check, rule, probe) is True})
-        return self.cache.lookup("for_facts", (key, known), for_facts, 512)
+            return core.build_structure(self, rules, self.graph.given(user), probe)
+        return self.cache.lookup("structure", key, build, 512)
 
     def _decide(self, user: Mapping[str, Any], facts: Mapping[str, Any], rules: list[Rule] | None,
                 shared: Shared) -> Decided:
