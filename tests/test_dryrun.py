@@ -260,8 +260,8 @@ def test_pinning_several_flags_at_once(toy):
     config = api.resolve("llm", {}, B200)
     launch = Launch(toy, {}, B200, resolved=config.values)
     assert launch.pinned({"attention_backend": "triton", "kv_cache_dtype": "fp4_e2m1"}).satisfiable
-    assert [r.id for r in launch.pinned({"attention_backend": "fa3", "kv_cache_dtype": "auto"}).excluded_by] == [
-        "attn.fa3.hopper"]
+    assert [[r.id for r in group] for group in
+            launch.pinned({"attention_backend": "fa3", "kv_cache_dtype": "auto"}).exclusions] == [["attn.fa3.hopper"]]
 
 
 # -- the derived values that decided an exclusion (issue 11) ---------------------------------------

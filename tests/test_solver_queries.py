@@ -121,9 +121,7 @@ def _reference_pinning_answers(plan, system: str, user: dict, facts, pins_drawn)
     out: list = []
     for count in range(1, len(pins_drawn) + 1):
         pins = dict(pins_drawn[:count])
-        every = exclusions(pins, True)
-        flat = None if every is None else list(dict.fromkeys(rule.id for group in every for rule in group))
-        out.append((plan.satisfiable({**user, **pins}, facts), _ids(exclusions(pins, False)), _ids(every), flat))
+        out.append((plan.satisfiable({**user, **pins}, facts), _ids(exclusions(pins, False)), _ids(exclusions(pins, True))))
     for name, value in pins_drawn:
         out.append(_ids(exclusions({name: value}, True)))
     return out
@@ -139,8 +137,7 @@ def _pinning_answers(plan, system: str, user: dict, facts, pins_drawn) -> list:
     out: list = []
     for count in range(1, len(pins_drawn) + 1):
         pinned = launch.pinned(dict(pins_drawn[:count]))
-        out.append((pinned.satisfiable, _ids(pinned.first_exclusion), _ids(pinned.exclusions),
-                    None if (found := pinned.excluded_by) is None else [rule.id for rule in found]))
+        out.append((pinned.satisfiable, _ids(pinned.first_exclusion), _ids(pinned.exclusions)))
     for name, value in pins_drawn:  # one pin at a time, as the dry run asks
         out.append(_ids(launch.pinned({name: value}).exclusions))
     return out

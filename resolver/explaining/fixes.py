@@ -135,7 +135,7 @@ def find_fixes(launch: Launch, flags: list[str], rules: list[Rule]) -> list[Fix]
     env = Env(plan, dict(user), facts, {})
     ordered = _static_order(plan, user, env, _candidates(plan, user, facts, flags, rules))
     # `Fix.apply` gives plain dicts: the candidates are changes of the command as typed, not relaxed
-    base = launch if type(user) is dict else launch.sibling(dict(user))
+    base = launch if type(user) is dict else launch.changed(dict(user))
     scored = _verified(launch, base, env, ordered[:MAX_TRIED])
     ranked = _declared_order(rank(scored, lambda item: item[0]))
     return pick(ranked, lambda fix: _size_flag(plan, fix), MAX_FIXES, PER_FLAG)

@@ -251,10 +251,11 @@ def judge(plan: Plan, names: list[str], user: Mapping[str, Any], facts: Mapping[
     for name in names:
         legal, excluded, derived = [], [], []
         for value in values_of(plan, name, [facts]):
-            rules = None if value == config.values[name] else launch.pinned({name: value}).excluded_by
-            if rules is None:
+            groups = None if value == config.values[name] else launch.pinned({name: value}).exclusions
+            if groups is None:
                 legal.append(value)
             else:
+                rules = tuple(dict.fromkeys(rule for group in groups for rule in group))  # each once
                 excluded.append((value, tuple((r.id, r.reason) for r in rules)))
                 derived.append(_deciding_values(plan, config, {**user, name: value}, facts, rules))
         prov = config.provenance[name]

@@ -19,6 +19,7 @@ benchmarks/bench_cache_layer.py measures the gain).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from types import MappingProxyType
 from typing import Any, Callable, Hashable, Iterator, Mapping
@@ -44,14 +45,8 @@ def switched(on: bool) -> Iterator[None]:
         _state["on"] = before
 
 
-def uncached() -> contextlib.AbstractContextManager[None]:
-    """Run the block with the cache layer off: every answer is computed from scratch."""
-    return switched(False)
-
-
-def cached() -> contextlib.AbstractContextManager[None]:
-    """Run the block with the cache layer on (whatever `ACCORD_SOLVER_CACHE` says)."""
-    return switched(True)
+uncached = functools.partial(switched, False)  # every answer computed from scratch
+cached = functools.partial(switched, True)
 
 
 _MISSING = object()

@@ -19,15 +19,11 @@ class _Varies(Exception):
 
 
 class Constants:
-    """What an expression can read knowing only which flags are set: the catalog default of a flag
-    that no rule computes and the user did not set, a default-ruled flag whose rules read only such
-    constants, and `is_set` of any flag. Anything else raises `_Varies`.
-
-    An expression that evaluates without raising gives the same answer in every launch with these
-    flags set (evaluation is deterministic and reads nothing else), so a hard rule that holds here
-    holds in all of them, a warning that does not apply here applies in none, and a derived flag
-    found here (`derived`: its value and rule) has that value in all of them.
-    """
+    """What an expression can read knowing only which flags are set: the catalog default of an
+    unset flag no rule computes, a default-ruled flag whose rules read only such constants, and
+    `is_set` of any flag; anything else raises `_Varies`. An expression that evaluates here gives
+    the same answer in every launch with these flags set: a hard rule holding here holds in all of
+    them, a warning not applying here applies in none, a flag in `derived` has that value in all."""
 
     __slots__ = ("plain", "set_flags", "relaxed", "catalog", "default_rules", "derived", "_varies", "known_facts")
 

@@ -2,17 +2,15 @@
 
 Read `Plan.solve` (resolver/solving/solve.py) first; it calls, in order:
 
-1. `build_structure`: given only which flags the user set (and which facts exist), the rules that
-   can fail, which decisions each depends on, the rules that read no decision (checked once), and
-   per independent group of decisions the `Step`s: each decision, the decisions after it, the rules
-   still open after it and the rules it closes (the rules whose last decision it is). No value
-   enters it.
-2. `decide`: the rules reading no decision are checked once; then each decision, group by group and
-   in order, takes its most preferred candidate that keeps the rules it closes holding and leaves
-   the later decisions a way to satisfy the rules still open (`feasible`).
+1. `build_structure`: from which flags are set and which facts exist alone (no value enters it),
+   the rules that can fail, those reading no decision (checked once), and per independent group
+   of decisions its `Step`s: each decision, the decisions after it, the rules still open after it
+   and the rules it closes (those whose last decision it is).
+2. `decide`: the rules reading no decision are checked; then each decision, group by group and in
+   order, takes its most preferred candidate that keeps the rules it closes holding and leaves the
+   later decisions a way to satisfy the rules still open (`feasible`).
 
-Everything here computes from its arguments; nothing is kept between calls (the answers worth
-keeping are kept by resolver/solving/cache.py, through `Plan`).
+Nothing here is kept between calls: resolver/solving/cache.py keeps the answers, through `Plan`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """Who reads whom: one dependency graph per compiled plan, and what it says given the set flags.
 
-The graph is built once per `Plan` (itself built once per rule set, resolver/language/plancache.py)
-from the rules alone: per flag what its computing rules read (its value: the `reads_flags` of a
-decision's prefer rules or a derived flag's default rules; widely: every expression of its default
-and prefer rules, `is_set` questions too) and who reads it back, per hard or warn rule the flags it
-reads, per hard rule the flags its condition and requirement read. A flag the user set reads
-nothing (its value is the user's), so every walk depends on which flags are set; `Reach` is the
-graph given them, kept by the solver's cache layer (store `reach`) and asked by every step:
-
-- `depends` / `rule_depends`: the decisions a flag's value or a hard rule's verdict depends on
-  (the solver's structure, resolver/solving/core.py, and `Env`'s decision-free derived values);
-- `affected` / `touched` / `constrained`: every unset flag whose value may follow from a few
-  changed or pinned flags, the rules reading any of them, and the hard rules whose verdict they
-  can change (a `Launch`'s children, resolver/solving/launch.py);
-- `upstream`: every flag whose value can change these flags' (the flags a pin could repair a
-  rule with, `Launch.repair_flags`).
-
-What a walk finds for these set flags is kept on the `Reach` (bounded), so it is walked once.
+`DependencyGraph` is built once per `Plan` from the rules alone: per flag, what the rules computing
+its value read (narrowly, the flags their values read; widely, every expression, `is_set` questions
+too) and who reads it back; per rule, the flags it reads. A flag the user set reads nothing (its
+value is the user's), so every walk depends on which flags are set: `Reach` is the graph given them
+(kept by the cache layer, store `reach`), and answers every walk the solver takes: the decisions a
+flag or hard rule depends on (`depends`, `rule_depends`: the solver's structure and `Env`'s
+decision-free values), what a change or a pin reaches (`affected`, `touched`, `constrained`: a
+`Launch`'s children), and what can change a rule (`upstream`: `Launch.repair_flags`). Each walk's
+answer is kept on the `Reach` (bounded), so it is walked once.
 """
 
 from __future__ import annotations
@@ -27,9 +19,7 @@ from typing import Any, Iterable, Mapping, NamedTuple
 from accord.resolver.language.ruletypes import Rule
 from accord.resolver.solving.env import PlanView
 
-# The plan a graph belongs to: solve.py's `Plan` (a `PlanView` with its rule lists and `cache`);
-# solve.py imports this module, so nothing here imports it back.
-Plan = PlanView
+Plan = PlanView  # solve.py's `Plan`, which imports this module: nothing here imports it back
 
 WALKS_KEPT = 8192  # answers of one walk kept per `Reach` before it starts again (bounded memory)
 
@@ -96,22 +86,22 @@ class Reach:
     def __init__(self, graph: DependencyGraph, set_flags: frozenset[str]):
         self.graph = graph
         self.set_flags = set_flags
-        self.depends_of: dict[str, frozenset] = {}  # flag -> the decisions its value depends on
-        self.by_rule: dict[int, frozenset] = {}     # id(hard rule) -> the decisions it reads
+        self._depends_of: dict[str, frozenset] = {}  # flag -> the decisions its value depends on
+        self._by_rule: dict[int, frozenset] = {}     # id(hard rule) -> the decisions it reads
         self._walks: dict[tuple, Any] = {}          # (walk, its argument) -> what it found
 
     def depends(self, names: Iterable[str]) -> frozenset:
         """The decisions the given flags' values depend on."""
         out: set[str] = set()
         for name in names:
-            found = self.depends_of.get(name)
+            found = self._depends_of.get(name)
             if found is None:
                 reads = self.graph.value_reads.get(name)
                 if reads is None or name in self.set_flags:  # not a catalog flag, or the user's value
                     continue
-                self.depends_of[name] = frozenset()  # breaks cycles; lint rejects them anyway
+                self._depends_of[name] = frozenset()  # breaks cycles; lint rejects them anyway
                 found = self.depends(reads)
-                found = self.depends_of[name] = found | {name} if name in self.graph.decisions else found
+                found = self._depends_of[name] = found | {name} if name in self.graph.decisions else found
             out |= found
         return frozenset(out)
 
@@ -121,9 +111,9 @@ class Reach:
 
     def rule_depends(self, rule: Rule) -> frozenset:
         """The decisions a hard rule's verdict depends on."""
-        deps = self.by_rule.get(id(rule))
+        deps = self._by_rule.get(id(rule))
         if deps is None:
-            deps = self.by_rule[id(rule)] = self.depends(rule.constrained_flags)
+            deps = self._by_rule[id(rule)] = self.depends(rule.constrained_flags)
         return deps
 
     def _walk(self, key: tuple, make) -> Any:
@@ -163,8 +153,8 @@ class Reach:
         """The hard rules whose condition or requirement reads any of `flags`, in rule order: the
         only ones whose verdict these flags can change (`touched` less warnings and messages)."""
         key, constrains = frozenset(flags), self.graph.wide.constrains
-        return self._walk(("constrained", key),
-                          lambda: [rule for rule in self.graph.plan.hard_rules if not constrains[id(rule)].isdisjoint(key)])
+        rules = self.graph.plan.hard_rules
+        return self._walk(("constrained", key), lambda: [r for r in rules if not constrains[id(r)].isdisjoint(key)])
 
     def upstream(self, names: Iterable[str]) -> frozenset[str]:
         """`names` and every flag whose value can change one of theirs: while a flag is unset, what

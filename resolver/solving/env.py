@@ -1,12 +1,10 @@
 """What one assignment gives every flag: `Env`, the values rules are evaluated against.
 
 An `Env` answers a rule expression's reads: a user's value, a decision, a catalog default, or a
-derived value computed on demand (in dependency order, by the flag's default rules). `check` and
-`holds` give a hard rule's verdict in one. `Shared` holds what is the same for every assignment of
-one pair of user values and facts, so the trial assignments of a search compute it once.
-
-What these steps read of the compiled plan is `PlanView`, declared here: solve.py's `Plan` is one,
-and solve.py imports this module, so nothing here (or in constants.py and core.py) imports it back.
+derived value computed on demand by the flag's default rules. `check` and `holds` give a hard
+rule's verdict in one. `Shared` holds what every assignment of one launch has in common, so the
+trial assignments of a search compute it once. `PlanView` is what these read of solve.py's `Plan`
+(which imports this module: nothing here imports it back).
 """
 
 from __future__ import annotations
@@ -40,8 +38,6 @@ class PlanView(Protocol):
 
 class Reads(Protocol):
     """What the solver asks of the dependency graph given the set flags (depgraph.py's `Reach`)."""
-
-    depends_of: dict[str, frozenset]  # flag -> the decisions its value depends on, as found so far
 
     def depends(self, names: Iterable[str]) -> frozenset: ...
 
@@ -143,14 +139,10 @@ class Env:
         rules = self.plan.default_rules.get(name)
         if rules is None:  # most flags: no default rule, so the catalog default, read by nobody's choice
             return (self.plan.catalog[name].default, None)
-        found = self._derived.get(name)
+        shared = self._shared  # (a kept answer is a (value, rule) pair: never falsy)
+        found = self._derived.get(name) or (shared.derived.get(name) if shared is not None else None)
         if found is not None:
             return found
-        shared = self._shared
-        if shared is not None:
-            found = shared.derived.get(name)
-            if found is not None:
-                return found
         if name in self._busy:
             raise _CycleError(name)
         self._busy.add(name)
@@ -158,13 +150,9 @@ class Env:
             result = first_default(rules, self, self.plan.catalog[name].default)
         finally:
             self._busy.discard(name)
-        if shared is not None:
-            deps = shared.reach.depends_of.get(name)
-            if deps is None:
-                deps = shared.reach.depends((name,))
-            if not deps:
-                shared.derived[name] = result
-                return result
+        if shared is not None and not shared.reach.depends((name,)):  # the same in every assignment
+            shared.derived[name] = result
+            return result
         self._derived[name] = result
         return result
 

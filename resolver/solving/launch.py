@@ -1,29 +1,20 @@
 """A launch and its answers: every question Accord asks about a command is asked of a `Launch`.
 
-`Launch(plan, user, facts)` is one command. Its answers are computed on first use and kept for the
-object's life, each from smaller ones: the verdict of each hard rule that reads no decision, the
-decisions of each independent group (`Plan.structure`, decided by resolver/solving/core.py), the
-reading of each warn rule under those decisions. `decisions`, `satisfiable`, `warnings`,
-`minimal_rules` (QuickXplain over `rules_unsatisfiable`) and a pinned command's `exclusions` are
-read off them.
+`Launch(plan, user, facts)` is one command. Its answers are attributes computed on first use, each
+from smaller ones: the verdict of each hard rule that reads no decision, the decisions of each
+independent group (`Plan.structure`, decided by resolver/solving/core.py), the reading of each warn
+rule under those decisions. `decisions`, `satisfiable`, `warnings`, `minimal_rules` (QuickXplain
+over `rules_unsatisfiable`) and a pinned command's `exclusions` are read off them.
 
-Explanations, fixes, the dry-run, the CI matrix and `tune` ask about commands that differ from one
-command in a few flags: `launch.changed(values)` and `launch.pinned(pins)` return such a command as a
-child `Launch`, which asks its parent before computing a small answer. The parent's answer is taken
-when it reads no flag the change reaches through the plan's dependency graph
-(resolver/solving/depgraph.py); the walk stops at what the parent never computed. A broken rule the
-change leaves alone proves the child unsatisfiable with no solve at all.
-
-A pinned child (a dry-run value, a matrix row, a `tune` candidate) first tries its parent's resolved
-configuration with the pins swapped in: when no rule the pins reach fails on it and each decision
-they reach may still take its value, it is legal and nothing is solved; a failing rule that reads no
-decision excludes the command by itself; one that reads decisions is solved alone; only then is the
-child decided. Its `environment` is that configuration (`tune` predicts from it).
+`launch.changed(values)` and `launch.pinned(pins)` are what-ifs: child launches that take each small
+answer from their parent when the change reaches nothing it reads on the plan's dependency graph
+(resolver/solving/depgraph.py); the walk stops at what the parent never computed. A pinned child (a
+dry-run value, a matrix row, a `tune` candidate) first tries its parent's resolved configuration
+with the pins swapped in, and solves only when that cannot settle it.
 
 What a rule reads is taken widely (`is_set` questions too), so sharing is never wrong, only sometimes
-cautious. tests/test_solver_queries.py holds every answer, with the cache layer on and off, to full
-solves (tests/reference_solver.py, the oracle). `Launches` keeps one question's launches (one plan,
-one set of facts) so each command is solved once.
+cautious: tests/test_solver_queries.py holds every answer, with the cache layer on and off, to full
+solves (tests/reference_solver.py). `Launches` keeps one question's launches, each solved once.
 """
 
 from __future__ import annotations
@@ -70,8 +61,7 @@ class Launch:
         child = Launch(self.plan, values, self.facts, self.family)
         child._parent = self
         child._change = _differing(self.user, child.user) if flags is None else frozenset(flags)
-        if isinstance(self.user, RelaxedValues) or isinstance(child.user, RelaxedValues):
-            child._change |= _relaxed(self.user) ^ _relaxed(child.user)  # `is_set` reads them differently
+        child._change |= _relaxed(self.user) ^ _relaxed(child.user)  # `is_set` reads those differently
         return child
 
     def pinned(self, pins: Mapping[str, Any]) -> Launch:
@@ -80,18 +70,11 @@ class Launch:
         child._pins, child._pins_key = dict(pins), _pin_key(pins)
         return child
 
-    def sibling(self, values: Mapping[str, Any]) -> Launch:
-        """The launch of another command under the same plan and facts (the family's, if there is one)."""
-        return self.family.of(values) if self.family is not None else Launch(self.plan, values, self.facts)
-
     # -- answers -------------------------------------------------------------------------------
 
     @functools.cached_property
     def decisions(self) -> Assignment | None:
         """The decisions `plan.decisions(user, facts)` makes (None: unsatisfiable)."""
-        twin = self.family.solved(self.user) if self.family is not None else None
-        if twin is not None and twin is not self:  # solved in full already (a drop two conflicts share)
-            return twin.decisions
         return None if self._a_broken_rule is not None else self.base_decisions
 
     @property
@@ -136,13 +119,10 @@ class Launch:
     def base_decisions(self) -> Assignment | None:
         """The decisions under its decision-reading rules alone (None when those rules have no
         solution together): every group's, each decided once (or taken from the parent)."""
-        decided: Assignment = {}
         structure = self.structure
         # Every group, even after one fails: a child takes the ones its change does not reach.
         held = [self._group(key, steps) for key, steps in zip(structure.group_keys, structure.groups)]
-        for found, _ in held:
-            decided.update(found)
-        return decided if all(ok for _, ok in held) else None
+        return {d: v for found, _ in held for d, v in found.items()} if all(ok for _, ok in held) else None
 
     def rules_unsatisfiable(self, rules: list[Rule]) -> bool:
         """`not plan.satisfiable(user, facts, rules)` under a subset of the hard rules (QuickXplain's
@@ -186,12 +166,6 @@ class Launch:
         """None when legal; else at most one group of `exclusions` (none when no single proof is at
         hand; one reading no decision first): cheaper, for searches that only need whether and why."""
         return self._exclusions(every=False)
-
-    @property
-    def excluded_by(self) -> tuple[Rule, ...] | None:
-        """None when legal, else the rules of every exclusion, each once."""
-        groups = self.exclusions
-        return None if groups is None else tuple(dict.fromkeys(r for g in groups for r in g))
 
     @property
     def environment(self) -> Env:
@@ -240,9 +214,9 @@ class Launch:
     @functools.cached_property
     def _view(self) -> tuple[Env, Assignment, frozenset[str]]:
         """(its parent's resolved configuration with the pins swapped in (`_example`), as an `Env`;
-        the resolved decisions the pins leave alone; the flags the pins reach there, not walking
-        past a decision, which keeps its value). Only those flags' rules and decisions can have
-        changed; when that configuration held with one pin fewer, only the last pin is walked from."""
+        the resolved decisions the pins leave alone; the flags the pins reach, not past a decision,
+        which keeps its value): only those can have changed. When that configuration held with one
+        pin fewer, only the last pin is walked from."""
         parent, pins = self._parent, self._pins
         fresh = next((frozenset({name}) for name in pins
                       if _pin_key({k: v for k, v in pins.items() if k != name}) in parent._clean), frozenset(pins))
@@ -265,12 +239,11 @@ class Launch:
 
     @functools.cached_property
     def _alone(self) -> list[Rule]:
-        """The hard rules that exclude this pinned command each by itself, in rule order. Its parent
-        is legal, so only rules the pins reach can: those of `_fixed_failing`, and those reading
-        decisions that have no solution alone. Such a rule fails on the parent's configuration too
-        when that is an assignment of the pinned command (`_eligible`); otherwise every rule the pins
-        reach is a suspect, and one holding with each decision at its most preferred value is
-        cleared without a solve."""
+        """The hard rules that exclude this pinned command each by itself, in rule order: those of
+        `_fixed_failing`, and those reading decisions that have no solution alone. When the parent's
+        configuration is an assignment of the pinned command (`_eligible`), only the rules failing
+        there are suspects; else every rule the pins reach that fails with each decision at its most
+        preferred value."""
         failing, _ = self._on_example()
         graph, preferred = self._parent._graph, Env(self.plan, self.user, self.facts, {})
         suspects = failing if self._eligible else [
@@ -286,11 +259,8 @@ class Launch:
         found = self._examples.get(names)
         if found is None:
             decisions, stable = self._stable
-            decided = {d: v for d, v in decisions.items() if d not in names}
-            example = stable.copy()
-            for name in self._graph.affected(names):
-                example.pop(name, None)
-            example.update(decided)
+            decided, reached = {d: v for d, v in decisions.items() if d not in names}, self._graph.affected(names)
+            example = {name: value for name, value in stable.items() if name not in reached} | decided
             found = self._examples[names] = (decided, example)
         return found
 
@@ -378,12 +348,9 @@ class Launch:
         if parent is None:
             return None
         parent.base_decisions  # the parent decides each of its groups once, for all its children
-        if key not in parent._groups:
-            return None
         flags, touched = parent._reach(self._change)
-        if any(name in flags for name in key[0]) or any(rid in touched for rid in key[1]):
-            return None
-        return parent._groups[key]
+        reached = any(name in flags for name in key[0]) or any(rid in touched for rid in key[1])
+        return None if reached else parent._groups.get(key)
 
     @functools.cached_property
     def _readings(self) -> dict[int, Any]:
@@ -406,9 +373,8 @@ class Launch:
 
 
 class Launches:
-    """The launches one question asks about, under one plan and one set of facts: each command's
-    `Launch` made once (an explanation asks about the user's command, the command without each
-    conflict's flags, and the fixes of each)."""
+    """The launches one question asks about (an explanation: the command, the command without each
+    conflict's flags, their fixes), under one plan and one set of facts: each made once."""
 
     def __init__(self, plan: Plan, facts: Mapping[str, Any]):
         self.plan, self.facts = plan, facts
@@ -423,11 +389,6 @@ class Launches:
             found = Launch(self.plan, user, self.facts, self) if near is None else near.changed(user)
             self._by_command[key] = found
         return found
-
-    def solved(self, values: Mapping[str, Any]) -> Launch | None:
-        """The launch of `values` if this family has one whose decisions are known."""
-        found = self._by_command.get(_key(values))
-        return found if found is not None and "decisions" in found.__dict__ else None
 
 
 def _differing(a: Mapping[str, Any], b: Mapping[str, Any]) -> frozenset[str]:

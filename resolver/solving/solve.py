@@ -1,22 +1,15 @@
 """Solving: from user values and facts to every flag's value, or to "unsatisfiable".
 
-The model (see rules/README.md for the rule kinds):
-- a flag the user set is a constant, never changed;
-- an unset flag with `prefer` rules is a *decision*: a solver variable whose domain is its
-  candidates, tried in preference order;
-- an unset flag with `default` rules is *derived*: a function of other flags and facts, evaluated
-  lazily (and so in dependency order) whenever something reads it;
-- any other unset flag keeps its catalog default.
+The model (see rules/README.md for the rule kinds): a flag the user set is a constant, never
+changed; an unset flag with `prefer` rules is a *decision*, a solver variable whose domain is its
+candidates in preference order; an unset flag with `default` rules is *derived*, a function of
+other flags and facts evaluated on demand; any other unset flag keeps its catalog default.
 
 Facts and user values are substituted as constants, so python-constraint only ever sees the few
-decision variables a hard rule actually depends on, split into independent components. Decisions
-are made greedily in dependency order: each takes its most preferred candidate that still leaves
-the rest satisfiable, which makes the answer deterministic and the preference order meaningful.
-
-Where to read what: `Plan` (here) indexes the rules and answers every question the rest of Accord
-asks the solver (solve, satisfiable, decisions, decision groups, warnings to check); the algorithm
-itself is resolver/solving/core.py, an assignment's values resolver/solving/env.py, and every
-answer kept between questions goes through resolver/solving/cache.py (switchable off).
+decisions a hard rule depends on, split into independent groups. Each decision greedily takes its
+most preferred candidate that leaves the rest satisfiable: the answer is deterministic and the
+preference order means something. `Plan` (here) indexes the rules and answers the solver's
+questions; the algorithm is resolver/solving/core.py, an assignment's values resolver/solving/env.py.
 """
 
 
@@ -34,8 +27,7 @@ from accord.resolver.solving.core import Decided, Structure
 from accord.resolver.solving.depgraph import DependencyGraph
 from accord.resolver.solving.env import Assignment, Env, Outcome, RelaxedValues, Shared, check, holds, set_flags_key
 
-# The solver's public names: callers import them from here (Env, RelaxedValues, check and holds live
-# in resolver/solving/env.py).
+# The solver's public names (Env, RelaxedValues, check and holds live in resolver/solving/env.py).
 __all__ = ["Assignment", "Env", "Outcome", "Plan", "RelaxedValues", "Shared", "check", "holds"]
 
 
@@ -58,25 +50,20 @@ class Plan:
                 self.hard_rules.append(rule)
             else:
                 self.warn_rules.append(rule)
-        # Settings only: a meta option (the seed's own --config) is part of the command line, not
-        # of the configuration.
+        # Settings only: a meta option (the seed's own --config) belongs to the command line.
         self.names = [name for name, flag in catalog.flags.items() if not flag.meta]
-        # Flags that no prefer or default rule computes: unless the user set them, their value is
-        # the catalog default (most of the ~480 flags a solve reads or reports).
+        # Flags no prefer or default rule computes (most of them): unset, they hold the catalog default.
         self.plain = {name: flag.default for name, flag in catalog.flags.items()
                       if name not in self.prefer_rules and name not in self.default_rules}
         self.order = {name: i for i, name in enumerate(catalog.flags)}
-        # What `solve` starts every answer from: each setting in catalog order, holding its catalog
-        # default (plain flags keep it unless the user set them; the others are always overwritten),
-        # with no origin. Copying these is one C call instead of a Python step per setting.
+        # What `solve` starts every answer from, in catalog order: each setting at its catalog
+        # default with no origin (one C-level copy instead of a Python step per setting).
         self._values_template = {name: catalog.flags[name].default for name in self.names}
         self._origin_template = dict.fromkeys(self.names)
         # The settings a rule computes (decisions and defaulted flags), in catalog order.
         self.computed = [name for name in self.names if name not in self.plain]
-        # Every answer kept between questions (see resolver/solving/cache.py).
-        self.cache = SolverCache()
-        # Who reads whom (resolver/solving/depgraph.py), built once with the plan.
-        self.graph = DependencyGraph(self)
+        self.cache = SolverCache()           # every answer kept between questions
+        self.graph = DependencyGraph(self)   # who reads whom, built once with the plan
 
     # -- decisions ---------------------------------------------------------------------------
 
@@ -116,8 +103,7 @@ class Plan:
         shared = self.shared(user, facts)
         decided, ok, unknown, constrained = self._decide(user, facts, rules, shared)
         env = Env(self, user, facts, decided, shared)
-        # Every setting starts at its catalog default with no origin (the user's values then
-        # replace theirs, keeping the catalog order); only the computed ones need a step each.
+        # Every setting starts at its catalog default with no origin; only computed ones need a step.
         values: dict[str, Any] = self._values_template.copy()
         origin: dict[str, str | None] = self._origin_template.copy()
         for name in user:
@@ -133,10 +119,9 @@ class Plan:
                 values[name], origin[name] = self.candidates(name, env)[0]
             else:
                 values[name], origin[name] = env.derived(name)
-        # Rules that read no decision were checked once, up front; re-check the others on the result.
-        # After a successful search each of them already held when its last decision was taken, on
-        # the same values, so only those that may read an unknown fact (reported, not enforced)
-        # need evaluating again.
+        # Rules reading no decision were checked up front. After a successful search each other rule
+        # held when its last decision was taken, on these values: only those that may read an
+        # unknown fact (reported, not enforced) need evaluating again.
         final = Env(self, user, facts, values)
         violated = []
         if ok:
