@@ -17,8 +17,8 @@ flags stays.
 
 Then what the process stores save (`config_json_pieces`, `config_key_orders`: the JSON pieces the
 config hash of resolver/frozen.py is written from): the hash of TYPICAL's resolved config from kept
-pieces and with the layer off (frozen.py then hands the whole config to the JSON encoder, as it
-would without the stores), next to the hot resolve that computes one hash.
+pieces and with the layer off (the same code writes every piece afresh), next to the hot resolve
+that computes one hash.
 
     python benchmarks/bench_cache_layer.py [--runs 7]
 """
@@ -59,7 +59,7 @@ def _tune():
 
 
 def _hash_figures(runs: int) -> None:
-    """The config hash from the process stores' pieces, and with the layer off (the JSON encoder)."""
+    """The config hash from the process stores' pieces, and with the layer off (every piece written afresh)."""
     _, parsed = parse_flags(TYPICAL)
     facts = load_facts("h100", model_path=parsed.user.get("model_path"), system=parsed.system)
     config = resolve(parsed.system, parsed.user, facts, parsed.sources)
@@ -72,7 +72,7 @@ def _hash_figures(runs: int) -> None:
         assert frozen.config_hash(*args) == config.hash
         off = measure(lambda: frozen.config_hash(*args), runs)
     print(f"config hash of TYPICAL ({len(args[2])} values, median us): pieces kept {kept[0] * 1e3:6.1f}, "
-          f"layer off (JSON encoder) {off[0] * 1e3:6.1f}: the stores save "
+          f"layer off (written afresh) {off[0] * 1e3:6.1f}: the stores save "
           f"{(off[0] - kept[0]) / hot_ms[0] * 100:4.1f}% of a hot resolve ({hot_ms[0]:.2f} ms)")
 
 

@@ -13,7 +13,7 @@ from json.encoder import encode_basestring
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from accord.resolver.solving.cache import enabled, process_store
+from accord.resolver.solving.cache import process_store
 
 
 def _plain(value: Any) -> Any:
@@ -83,12 +83,9 @@ def _float_json(value: float) -> str:
 
 
 def config_hash(system: str, facts: Mapping[str, Any], values: Mapping[str, Any]) -> str:
-    """SHA-256 of `canonical_json({"system": system, "facts": facts, "values": values})`: written
-    from kept pieces, or, with the cache layer off, by the JSON encoder itself (the reference)."""
-    if enabled():
-        text = f'{{"facts":{_flat_json(facts)},"system":{canonical_json(system)},"values":{_flat_json(values)}}}'
-    else:
-        text = canonical_json({"system": system, "facts": facts, "values": values})
+    """SHA-256 of `canonical_json({"system": system, "facts": facts, "values": values})`, written from
+    pieces (kept ones, unless the cache layer is off; tests/test_frozen.py checks it against `json`)."""
+    text = f'{{"facts":{_flat_json(facts)},"system":{canonical_json(system)},"values":{_flat_json(values)}}}'
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

@@ -13,6 +13,7 @@ from types import MappingProxyType
 import pytest
 
 from accord.resolver.frozen import ResolvedConfig, config_hash
+from accord.resolver.solving import cache
 
 
 def _expected(system, facts, values) -> str:
@@ -38,6 +39,16 @@ CASES = [
 def test_hash_is_sha256_of_sorted_json(system, facts, values):
     for _ in range(2):  # the second time from the remembered pieces
         assert config_hash(system, facts, values) == _expected(system, facts, values)
+
+
+@pytest.mark.parametrize("system, facts, values", CASES)
+def test_hash_is_the_same_with_the_cache_layer_off_and_keeps_no_piece(system, facts, values):
+    stores = [store for name, store in cache.process_stores().items() if name.startswith("config_")]
+    for store in stores:
+        store.forget()
+    with cache.uncached():  # the same code, every piece written afresh
+        assert config_hash(system, facts, values) == _expected(system, facts, values)
+    assert [len(store) for store in stores] == [0] * len(stores)
 
 
 def test_equal_but_differently_written_values_hash_differently():

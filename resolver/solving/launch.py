@@ -259,8 +259,10 @@ class Launch:
         found = self._examples.get(names)
         if found is None:
             decisions, stable = self._stable
-            decided, reached = {d: v for d, v in decisions.items() if d not in names}, self._graph.affected(names)
-            example = {name: value for name, value in stable.items() if name not in reached} | decided
+            decided, example = {d: v for d, v in decisions.items() if d not in names}, stable.copy()
+            for name in self._graph.affected(names):
+                example.pop(name, None)
+            example.update(decided)
             found = self._examples[names] = (decided, example)
         return found
 
