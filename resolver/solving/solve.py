@@ -150,7 +150,7 @@ class Plan:
         """The decision-free values of these user values and facts (kept for the last few pairs:
         an explanation solves the same launch under many rule subsets, the UI asks it again)."""
         make = lambda: Shared(self.graph.given(user), self._constants(user).derived)  # noqa: E731
-        key = (repr(sorted(user.items())), set_flags_key(user), repr(sorted(facts.items())))
+        key = (repr(sorted(user.items())), set_flags_key(user), repr(facts))  # (facts in their order: cheaper)
         return self.cache.lookup("shared", key, make, 32)
 
     def warnings_to_check(self, user: Mapping[str, Any]) -> list[Rule]:
