@@ -70,6 +70,15 @@ def _own_names(item: Derived) -> list[str]:
     return sorted(found)
 
 
+def _derived_names(plan: Plan) -> tuple[dict[str, Derived], dict[str, list[str]]]:
+    """(each derived value by name, the names its own cases read less the named sets, which are
+    constants): the same for every launch of the rule set, so kept by its cache layer."""
+    def make():
+        derived, sets = {d.id: d for d in plan.ruleset.derived}, {s.id for s in plan.ruleset.sets}
+        return derived, {name: [n for n in _own_names(d) if n not in sets] for name, d in derived.items()}
+    return plan.cache.lookup("derived_names", (), make, 1)
+
+
 def _read(env: Env, plan: Plan, name: str, derived: Mapping[str, Derived]) -> Any:
     try:
         if name in derived:
@@ -94,7 +103,7 @@ def derived_readings(plan: Plan, exprs: Iterable[Expr | None], env: Env) -> list
     or through each other, in name order, each with its value in `env`. Named sets are constants and
     are left out. Dry-run and the conflict reports call this too, so every explanation shows the
     same names with the same values."""
-    derived = {d.id: d for d in plan.ruleset.derived}
+    derived, own_names = _derived_names(plan)
     names = sorted({n for e in exprs if e is not None for n in e.names if n in derived or meta_read(n)})
     readings = []
     for name in names:
@@ -102,14 +111,13 @@ def derived_readings(plan: Plan, exprs: Iterable[Expr | None], env: Env) -> list
             readings.append(_meta_reading(plan, env, name, derived))
             continue
         item = derived[name]
-        own = [n for n in _own_names(item) if n not in {s.id for s in plan.ruleset.sets}]
         try:
             case = item.deciding_case(env)
         except UnknownFact:
             case = None
         when = item.cases[case][1] if case is not None and len(item.cases) > 1 else None
         readings.append(DerivedReading(name, _read(env, plan, name, derived),
-                                       tuple((n, _read(env, plan, n, derived)) for n in own),
+                                       tuple((n, _read(env, plan, n, derived)) for n in own_names[name]),
                                        " ".join(when.source.split()) if when is not None else None))
     return readings
 
