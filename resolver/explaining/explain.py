@@ -70,13 +70,17 @@ def _own_names(item: Derived) -> list[str]:
     return sorted(found)
 
 
-def _derived_names(plan: Plan) -> tuple[dict[str, Derived], dict[str, list[str]]]:
-    """(each derived value by name, the names its own cases read less the named sets, which are
-    constants): the same for every launch of the rule set, so kept by its cache layer."""
-    def make():
-        derived, sets = {d.id: d for d in plan.ruleset.derived}, {s.id for s in plan.ruleset.sets}
-        return derived, {name: [n for n in _own_names(d) if n not in sets] for name, d in derived.items()}
-    return plan.cache.lookup("derived_names", (), make, 1)
+def _derived_by_name(plan: Plan) -> dict[str, Derived]:
+    """The rule set's derived values by name (kept by its cache layer: a dry run asks ~100 times)."""
+    return plan.cache.lookup("derived_by_name", (), lambda: {d.id: d for d in plan.ruleset.derived}, 1)
+
+
+def _names_read(plan: Plan, item: Derived) -> list[str]:
+    """`_own_names` less the named sets (constants), kept per rule set and derived value."""
+    def make() -> list[str]:
+        sets = {s.id for s in plan.ruleset.sets}
+        return [n for n in _own_names(item) if n not in sets]
+    return plan.cache.lookup("derived_names", item.id, make, 4096)
 
 
 def _read(env: Env, plan: Plan, name: str, derived: Mapping[str, Derived]) -> Any:
@@ -103,7 +107,7 @@ def derived_readings(plan: Plan, exprs: Iterable[Expr | None], env: Env) -> list
     or through each other, in name order, each with its value in `env`. Named sets are constants and
     are left out. Dry-run and the conflict reports call this too, so every explanation shows the
     same names with the same values."""
-    derived, own_names = _derived_names(plan)
+    derived = _derived_by_name(plan)
     names = sorted({n for e in exprs if e is not None for n in e.names if n in derived or meta_read(n)})
     readings = []
     for name in names:
@@ -117,7 +121,7 @@ def derived_readings(plan: Plan, exprs: Iterable[Expr | None], env: Env) -> list
             case = None
         when = item.cases[case][1] if case is not None and len(item.cases) > 1 else None
         readings.append(DerivedReading(name, _read(env, plan, name, derived),
-                                       tuple((n, _read(env, plan, n, derived)) for n in own_names[name]),
+                                       tuple((n, _read(env, plan, n, derived)) for n in _names_read(plan, item)),
                                        " ".join(when.source.split()) if when is not None else None))
     return readings
 

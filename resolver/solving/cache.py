@@ -4,10 +4,10 @@ The reference algorithm (resolver/solving/core.py) computes every answer from th
 flags, the facts and the question alone; this layer only remembers those answers, under one policy:
 a store is named after its question and keyed by everything the answer depends on, so an answer
 never goes stale and nothing is invalidated by hand; a store holds at most its limit of answers and
-is emptied when it fills. The stores of one compiled rule set are `Plan.cache`'s: `reach`, `shared`,
-`warnings_to_check`, `constants`, `structure` and explanations' `derived_names`; answers that depend
-on no rule set live in process stores (`config_json_pieces` and `config_key_orders`: the JSON text
-of resolver/frozen.py's config hash). The working state of one object's life (an `Env`'s values, a
+is emptied when it fills. The stores of one compiled rule set are `Plan.cache`'s (`reach`, `shared`,
+`warnings_to_check`, `constants`, `structure`; explanations' `derived_by_name`, `derived_names`);
+answers that depend on no rule set live in process stores (`config_json_pieces`, `config_key_orders`:
+the JSON text of resolver/frozen.py's config hash). An object's working state (an `Env`'s values, a
 `Launch`'s answers) is not an answer, and lives with its owner.
 
 `ACCORD_SOLVER_CACHE=0`, or `with uncached():`, switches the layer off: every lookup computes its
