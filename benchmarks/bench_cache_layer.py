@@ -32,10 +32,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_resolve import CONFLICT, TYPICAL, conflict, hot, measure  # noqa: E402
+from bench_resolve import CONFLICT, TYPICAL, conflict, forget_values, hot, measure  # noqa: E402
 
 from accord.resolver import frozen  # noqa: E402
-from accord.resolver.api import plan_for, resolve  # noqa: E402
+from accord.resolver.api import resolve  # noqa: E402
 from accord.resolver.commandline.flagparse import parse_flags  # noqa: E402
 from accord.resolver.exploring.dryrun import dry_run  # noqa: E402
 from accord.resolver.facts.machine import load_facts  # noqa: E402
@@ -67,7 +67,7 @@ def _hash_figures(runs: int) -> None:
 
     with cache.cached():
         kept = measure(lambda: frozen.config_hash(*args), runs)
-        hot_ms = measure(lambda: hot(TYPICAL, "h100"), runs, lambda: plan_for("llm").cache.forget("shared"))
+        hot_ms = measure(lambda: hot(TYPICAL, "h100"), runs, forget_values)
     with cache.uncached():
         assert frozen.config_hash(*args) == config.hash
         off = measure(lambda: frozen.config_hash(*args), runs)
@@ -84,7 +84,6 @@ def main() -> None:
     if args.hash_only:
         _hash_figures(args.runs * 100)
         return
-    forget = lambda: plan_for("llm").cache.forget("shared")  # noqa: E731
     questions = [
         ("hot resolve (typical llm launch, h100)", lambda: hot(TYPICAL, "h100"), args.runs * 10),
         ("conflict + explanation + fixes (b200)", lambda: conflict(CONFLICT, "b200"), args.runs),
@@ -95,7 +94,7 @@ def main() -> None:
     for label, fn, runs in questions:
         with cache.cached():
             fn()  # warm: what a session that asked before keeps
-            on = measure(fn, runs, forget)
+            on = measure(fn, runs, forget_values)
         with cache.uncached():
             fn()
             off = measure(fn, runs)

@@ -218,8 +218,8 @@ class Launch:
         which keeps its value): only those can have changed. When that configuration held with one
         pin fewer, only the last pin is walked from."""
         parent, pins = self._parent, self._pins
-        fresh = frozenset(pins) if len(pins) == 1 else next((frozenset({name}) for name in pins  # (one: fresh)
-                if _pin_key({k: v for k, v in pins.items() if k != name}) in parent._clean), frozenset(pins))
+        fresh = next((frozenset({name}) for name in pins if len(pins) > 1
+                      and _pin_key({k: v for k, v in pins.items() if k != name}) in parent._clean), frozenset(pins))
         decided, example = parent._example(frozenset(pins))
         reached = parent._graph.affected(fresh, through_decisions=False)
         return Env(self.plan, self.user, self.facts, example), decided, reached
